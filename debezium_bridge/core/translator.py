@@ -1,0 +1,458 @@
+"""Order, deduplicate and pair decoded Debezium events into canonical change records.
+
+Rules (SPEC §4), in the order they apply to each input record:
+
+1. **Decode** (:mod:`debezium_bridge.decode`); failures become dead letters, tombstones and side
+   records are counted and dropped.
+2. **Replay dedupe.** Per Kafka partition, Debezium emits events in position order, and a restart
+   re-sends a suffix with the same ``source``. So an event whose position is below its partition's
+   high-water mark is a replay, and at the mark itself the (op, key) pairs seen there decide.
+   Events of keyless tables (round-robin partitioned, so a replay may land in another partition)
+   and snapshot rows are also checked against a bounded set of recent identities.
+3. **Wait, then release in position order.** Events are grouped by (commit_lsn, change_lsn,
+   table) and a group is released when the commit watermark — the lowest commit_lsn high-water
+   mark over the data partitions — has moved past its commit_lsn, when a transaction END with
+   its complete event count says the transaction is whole, when more than ``max_pending`` events
+   wait (lowest positions first), or at :meth:`Translator.flush` (end of input).
+4. **Pair.** Inside a released group, a delete and a create with equal keys fold into an update;
+   then a single remaining delete and create (a primary-key change, serials 1/2, 2/2 or 1/1) merge
+   into one update with ``key_changed``. Anything else is emitted as itself.
+
+An event that arrives after its position was released (a partition lagging by more than the
+wait) is emitted at once, unpaired, and counted as ``late``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from debezium_bridge.core.counters import Counters
+from debezium_bridge.decode import Decoder
+from debezium_bridge.dlq import DeadLetter
+from debezium_bridge.errors import ConfigError, RecordError
+from debezium_bridge.model import (
+    DEBEZIUM_OPS,
+    ChangeEvent,
+    ChangeRecord,
+    LineageRef,
+    SideKind,
+    SideRecord,
+    iso_ms,
+    seq_of,
+)
+from debezium_bridge.lsn import LsnFormatError, parse_lsn
+from debezium_bridge.records import KafkaRecord, as_raw_record
+
+TopicPartition = tuple[str, int]
+GroupKey = tuple[bytes, bytes, str]
+
+
+class TranslatorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Core behaviour switches and state bounds."""
+
+    pair_key_changes: bool = True
+    """Merge the delete+create halves of a primary-key change (and equal-key pairs) into one update."""
+    max_pending: int = 100_000
+    """Events held for ordering and pairing before the lowest positions are released anyway."""
+    dedupe_capacity: int = 1_000_000
+    """Identities remembered for keyless tables and snapshot rows (oldest forgotten first)."""
+
+    def __post_init__(self) -> None:
+        if self.max_pending < 1:
+            raise ConfigError("max_pending must be at least 1")
+        if self.dedupe_capacity < 0:
+            raise ConfigError("dedupe_capacity must not be negative")
+
+
+class _BoundedSet:
+    """A set that forgets its oldest members beyond ``capacity``."""
+
+    __slots__ = ("_capacity", "_members", "_order")
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._members: set[Any] = set()
+        self._order: deque[Any] = deque()
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._members
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def add(self, item: Any) -> None:
+        if item in self._members or self._capacity == 0:
+            return
+        self._members.add(item)
+        self._order.append(item)
+        if len(self._order) > self._capacity:
+            self._members.discard(self._order.popleft())
+
+
+_OP_RANK = {"d": 0, "u": 1, "c": 1, "r": 1, "t": 1}
+
+
+def _event_id(*events: ChangeEvent) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for e in events:
+        h.update(e.table.table_id.encode())
+        h.update(b"\x00")
+        h.update(seq_of(e.sort_key).encode())
+        h.update(e.op.encode())
+        h.update(e.key_id)
+        h.update(b"\x01")
+    return h.hexdigest()
+
+
+def _columns(image: dict[str, Any] | None, order: tuple[str, ...] | None) -> list[str]:
+    if image is None:
+        return []
+    if order is not None and len(order) == len(image):
+        return list(order)
+    return list(image)
+
+
+def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
+             unavailable: tuple[str, ...], order: tuple[str, ...] | None) -> list[str]:
+    if before is None:
+        return [c for c in _columns(after, order) if c not in unavailable]
+    if after is None:
+        return _columns(before, order)
+    names = order if order is not None else tuple(after)
+    missing = before.get
+    return [c for c in names if c not in unavailable and missing(c, _ABSENT) != after.get(c, _ABSENT)]
+
+
+_ABSENT = object()
+
+
+class Translator:
+    """Turns a stream of Kafka records into canonical change records and dead letters.
+
+    Feed records with :meth:`process`, collect output with :meth:`drain`, and call :meth:`flush`
+    at the end of the input. Not thread-safe; one instance per stream.
+    """
+
+    def __init__(self, config: TranslatorConfig | None = None,
+                 decoder: Decoder | None = None) -> None:
+        self.config = config or TranslatorConfig()
+        self.decoder = decoder or Decoder()
+        self.counters = Counters()
+        self._changes: list[ChangeRecord] = []
+        self._dead: list[DeadLetter] = []
+        # replay dedupe
+        self._partition_marks: dict[TopicPartition, tuple[tuple[bytes, bytes, int], set[Any]]] = {}
+        self._recent = _BoundedSet(self.config.dedupe_capacity)
+        # ordering and pairing
+        self._commit_marks: dict[TopicPartition, bytes] = {}
+        self._idle: set[TopicPartition] = set()
+        self._watermark: bytes | None = None
+        self._groups: dict[GroupKey, list[ChangeEvent]] = {}
+        self._group_heap: list[GroupKey] = []
+        self._pending_ids: set[Any] = set()
+        self._released_upto: tuple[bytes, bytes] = (b"", b"")
+        self._released_any = False
+        self._tx_expected: dict[bytes, int] = {}
+        self._commit_seen: dict[bytes, int] = {}
+        self._commit_pending: dict[bytes, int] = {}
+
+    # -- partitions ---------------------------------------------------------------------------
+    def expect(self, partitions: Iterable[TopicPartition]) -> None:
+        """Declare data partitions that will deliver events, so nothing is released before
+        each of them has been heard from (or marked idle)."""
+        for tp in partitions:
+            if tp not in self._commit_marks:
+                self._commit_marks[tp] = b""
+                self._watermark = None
+
+    def mark_idle(self, partition: TopicPartition) -> None:
+        """Exclude a partition from the watermark until it delivers again (idle timeout)."""
+        self._idle.add(partition)
+        self._watermark = None
+        self._release_ready()
+
+    # -- input --------------------------------------------------------------------------------
+    def process(self, record: KafkaRecord) -> None:
+        """Translate one record; results become available through :meth:`drain`."""
+        raw = as_raw_record(record)
+        counters = self.counters
+        counters.records_in += 1
+        try:
+            decoded = self.decoder.decode(raw)
+        except RecordError as exc:
+            counters.dead_letters += 1
+            self._dead.append(DeadLetter.of(exc, raw))
+            return
+        except Exception as exc:  # a decoder bug must not stop the stream either
+            counters.dead_letters += 1
+            self._dead.append(DeadLetter(raw, "decode", type(exc).__name__, f"unexpected: {exc}"))
+            return
+        if decoded.__class__ is SideRecord:
+            self._side(decoded)  # type: ignore[arg-type]
+            return
+        self._accept(decoded)  # type: ignore[arg-type]
+
+    def _side(self, side: SideRecord) -> None:
+        counters = self.counters
+        if side.kind is SideKind.TOMBSTONE:
+            counters.tombstones += 1
+        elif side.kind is SideKind.MESSAGE:
+            counters.skipped += 1
+        else:
+            counters.side_records += 1
+            if side.kind is SideKind.TX_END and side.tx_id and side.event_count is not None:
+                try:
+                    commit = parse_lsn(side.tx_id)
+                except LsnFormatError:
+                    return
+                if commit in self._commit_pending:
+                    self._tx_expected[commit] = side.event_count
+                    self._release_ready()
+
+    def _is_replay(self, event: ChangeEvent, tp: TopicPartition) -> bool:
+        if event.op == "r" and event.snapshot != "incremental":
+            identity = event.identity
+            if identity in self._recent or identity in self._pending_ids:
+                return True
+            self._recent.add(identity)
+            return False
+        sort_key = event.sort_key
+        mark = self._partition_marks.get(tp)
+        local = (event.op, event.key_id)
+        if mark is None or sort_key > mark[0]:
+            self._partition_marks[tp] = (sort_key, {local})
+        elif sort_key < mark[0]:
+            return True
+        elif local in mark[1]:
+            return True
+        else:
+            mark[1].add(local)
+        if event.key_id == b"{}":
+            identity = event.identity
+            if identity in self._recent or identity in self._pending_ids:
+                return True
+            self._recent.add(identity)
+        return False
+
+    def _accept(self, event: ChangeEvent) -> None:
+        record = event.record
+        tp = (record.topic, record.partition)
+        if self._is_replay(event, tp):
+            self.counters.duplicates += 1
+            return
+        commit, change = event.sort_key[0], event.sort_key[1]
+        # watermark bookkeeping
+        previous = self._commit_marks.get(tp)
+        if previous is None or commit > previous:
+            self._commit_marks[tp] = commit
+            if previous is None or previous == self._watermark or tp in self._idle:
+                self._watermark = None
+        self._idle.discard(tp)
+        if self._released_any and (commit, change) <= self._released_upto:
+            self.counters.late += 1
+            self._emit_group([event])
+            return
+        group_key = (commit, change, event.table.table_id)
+        group = self._groups.get(group_key)
+        if group is None:
+            self._groups[group_key] = [event]
+            heapq.heappush(self._group_heap, group_key)
+        else:
+            group.append(event)
+        self._pending_ids.add(event.identity)
+        self.counters.pending += 1
+        self._commit_seen[commit] = self._commit_seen.get(commit, 0) + 1
+        self._commit_pending[commit] = self._commit_pending.get(commit, 0) + 1
+        self._release_ready()
+
+    # -- release ------------------------------------------------------------------------------
+    def _current_watermark(self) -> bytes:
+        if self._watermark is None:
+            active = [c for tp, c in self._commit_marks.items() if tp not in self._idle]
+            self._watermark = min(active) if active else b"\xff" * 11
+        return self._watermark
+
+    def _release_ready(self) -> None:
+        heap = self._group_heap
+        if not heap:
+            return
+        watermark = self._current_watermark()
+        counters = self.counters
+        while heap:
+            commit = heap[0][0]
+            if commit < watermark:
+                pass
+            elif (expected := self._tx_expected.get(commit)) is not None and \
+                    self._commit_seen[commit] >= expected:
+                pass
+            elif counters.pending > self.config.max_pending:
+                counters.released_by_pressure += len(self._groups[heap[0]])
+            else:
+                break
+            self._release_group(heapq.heappop(heap))
+
+    def _release_group(self, group_key: GroupKey) -> None:
+        events = self._groups.pop(group_key)
+        self.counters.pending -= len(events)
+        pending_ids = self._pending_ids
+        for e in events:
+            pending_ids.discard(e.identity)
+        self._released_upto = (group_key[0], group_key[1])
+        self._released_any = True
+        commit = group_key[0]
+        left = self._commit_pending[commit] - len(events)
+        if left:
+            self._commit_pending[commit] = left
+        else:
+            del self._commit_pending[commit]
+            del self._commit_seen[commit]
+            self._tx_expected.pop(commit, None)
+        self._emit_group(events)
+
+    def flush(self) -> None:
+        """Release everything still waiting (end of input)."""
+        while self._group_heap:
+            self._release_group(heapq.heappop(self._group_heap))
+
+    # -- pairing and output -------------------------------------------------------------------
+    def _emit_group(self, events: list[ChangeEvent]) -> None:
+        outputs: list[tuple[tuple[int, int, bytes], ChangeRecord]] = []
+        if self.config.pair_key_changes and len(events) > 1:
+            events = self._pair(events, outputs)
+        for e in events:
+            outputs.append(((e.sort_key[2], _OP_RANK[e.op], e.key_id), self._single(e)))
+        if len(outputs) > 1:
+            outputs.sort(key=lambda item: item[0])
+        self.counters.changes_out += len(outputs)
+        self._changes.extend(record for _, record in outputs)
+
+    def _pair(self, events: list[ChangeEvent],
+              outputs: list[tuple[tuple[int, int, bytes], ChangeRecord]]) -> list[ChangeEvent]:
+        deletes = [e for e in events if e.op == "d"]
+        creates = [e for e in events if e.op == "c"]
+        if not deletes or not creates:
+            return events
+        used: set[int] = set()
+        creates_by_key = {c.key_id: c for c in creates}
+        pairs: list[tuple[ChangeEvent, ChangeEvent]] = []
+        for d in deletes:
+            c = creates_by_key.get(d.key_id)
+            if c is not None and id(c) not in used:
+                pairs.append((d, c))
+                used.update((id(d), id(c)))
+        left_d = [d for d in deletes if id(d) not in used]
+        left_c = [c for c in creates if id(c) not in used]
+        if len(left_d) == 1 and len(left_c) == 1:
+            pairs.append((left_d[0], left_c[0]))
+            used.update((id(left_d[0]), id(left_c[0])))
+        else:
+            for d in left_d:  # Case B headers name the partner exactly
+                for c in left_c:
+                    if id(c) not in used and d.partner_key_id == c.key_id \
+                            and c.partner_key_id == d.key_id:
+                        pairs.append((d, c))
+                        used.update((id(d), id(c)))
+                        break
+        for d, c in pairs:
+            merged = self._merged(d, c)
+            if merged.key_changed:
+                self.counters.key_changes_paired += 1
+            self.counters.merged += 1
+            outputs.append(((c.sort_key[2], 1, c.key_id), merged))
+        return [e for e in events if id(e) not in used]
+
+    def _single(self, e: ChangeEvent) -> ChangeRecord:
+        op = DEBEZIUM_OPS[e.op]
+        if op == "update":
+            changed = _changed(e.before, e.after, e.unavailable, e.column_order)
+        elif op == "truncate":
+            changed = []
+        else:
+            image = e.before if op == "delete" else e.after
+            changed = [c for c in _columns(image, e.column_order) if c not in e.unavailable]
+        record = e.record
+        return ChangeRecord(
+            op=op,
+            table=e.table,
+            table_id=e.table.table_id,
+            key=e.key,
+            old_key=None,
+            key_changed=False,
+            before=e.before,
+            after=e.after,
+            changed_columns=changed,
+            unavailable_columns=list(e.unavailable),
+            position=e.position,
+            seq=seq_of(e.sort_key),
+            commit_ts=iso_ms(e.source_ts_ms),
+            capture_ts=iso_ms(e.ts_ms),
+            tx=e.tx,
+            snapshot=e.snapshot,
+            source=e.source,
+            lineage=[LineageRef(record.topic, record.partition, record.offset)],
+            event_id=_event_id(e),
+        )
+
+    def _merged(self, d: ChangeEvent, c: ChangeEvent) -> ChangeRecord:
+        key_changed = d.key_id != c.key_id
+        unavailable = d.unavailable + tuple(u for u in c.unavailable if u not in d.unavailable)
+        return ChangeRecord(
+            op="update",
+            table=c.table,
+            table_id=c.table.table_id,
+            key=c.key,
+            old_key=d.key if key_changed else None,
+            key_changed=key_changed,
+            before=d.before,
+            after=c.after,
+            changed_columns=_changed(d.before, c.after, unavailable, c.column_order),
+            unavailable_columns=list(unavailable),
+            position=c.position,
+            seq=seq_of(c.sort_key),
+            commit_ts=iso_ms(c.source_ts_ms),
+            capture_ts=iso_ms(c.ts_ms),
+            tx=c.tx,
+            snapshot=c.snapshot,
+            source=c.source,
+            lineage=[LineageRef(r.topic, r.partition, r.offset) for r in (d.record, c.record)],
+            event_id=_event_id(d, c),
+        )
+
+    # -- output -------------------------------------------------------------------------------
+    def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:
+        """Take the change records and dead letters produced so far."""
+        changes, dead = self._changes, self._dead
+        self._changes, self._dead = [], []
+        return changes, dead
+
+    def translate(self, records: Iterable[KafkaRecord], *, flush: bool = True
+                  ) -> Iterator[ChangeRecord | DeadLetter]:
+        """Process ``records`` and yield outputs as they are released (flushing at the end)."""
+        for record in records:
+            self.process(record)
+            if self._changes or self._dead:
+                changes, dead = self.drain()
+                yield from dead
+                yield from changes
+        if flush:
+            self.flush()
+            changes, dead = self.drain()
+            yield from dead
+            yield from changes
+
+    def state_size(self) -> dict[str, int]:
+        """Sizes of the bounded state (for logs, metrics and benchmarks)."""
+        return {
+            "pending_events": self.counters.pending,
+            "pending_groups": len(self._groups),
+            "partition_marks": len(self._partition_marks),
+            "recent_identities": len(self._recent),
+            "open_transactions": len(self._tx_expected),
+        }
+

@@ -1,0 +1,345 @@
+"""Confluent Avro wire format (magic 0 + 4-byte schema id + Avro binary) and Avro-JSON.
+
+Writer schemas come from a :class:`SchemaResolver`: a Confluent Schema Registry (through
+confluent-kafka's client) or an offline file mapping schema id → schema. Avro logical types are
+stripped before parsing, so fastavro yields the same Connect-level values (unscaled decimal bytes,
+epoch integers) that the JSON path sees, and one set of converters serves both.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import fastavro
+import msgspec
+
+from debezium_bridge.decode.envelope import Envelope, build_event
+from debezium_bridge.errors import ConfigError, DecodeError, EnvelopeError, SchemaError
+from debezium_bridge.logical import RowDecoder
+from debezium_bridge.model import ChangeEvent, SideRecord
+from debezium_bridge.records import RawRecord
+from debezium_bridge.schema import Column, TableSchema
+
+if TYPE_CHECKING:
+    from debezium_bridge.decode import Decoder
+
+_AVRO_PRIMITIVES = frozenset(
+    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+_AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
+                    "boolean": "boolean", "string": "string", "bytes": "bytes", "record": "struct",
+                    "array": "array", "map": "map", "enum": "string", "fixed": "bytes"}
+
+
+class SchemaResolver(Protocol):
+    """Looks up Avro writer schemas by registry id (and optionally by subject)."""
+
+    def by_id(self, schema_id: int) -> Mapping[str, Any]: ...
+    def by_subject(self, subject: str) -> Mapping[str, Any] | None: ...
+
+
+def _schema_json(value: Any) -> Mapping[str, Any]:
+    """A schema given as an object, as JSON text, or as the registry's ``{"schema": "…"}``."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if isinstance(value, Mapping) and isinstance(value.get("schema"), str) and "type" not in value:
+        value = json.loads(value["schema"])
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"not an Avro schema: {value!r:.80}")
+    return value
+
+
+class FileSchemaResolver:
+    """Offline schemas: a JSON object mapping schema id (or subject name) → Avro schema."""
+
+    def __init__(self, schemas: Mapping[str, Any]) -> None:
+        self._by_id: dict[int, Mapping[str, Any]] = {}
+        self._by_subject: dict[str, Mapping[str, Any]] = {}
+        for name, schema in schemas.items():
+            parsed = _schema_json(schema)
+            if str(name).isdigit():
+                self._by_id[int(name)] = parsed
+            else:
+                self._by_subject[str(name)] = parsed
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FileSchemaResolver:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read Avro schemas from {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a JSON object mapping schema id → schema")
+        return cls(data)
+
+    def add_subject(self, subject: str, schema: Any) -> None:
+        self._by_subject[subject] = _schema_json(schema)
+
+    def by_id(self, schema_id: int) -> Mapping[str, Any]:
+        try:
+            return self._by_id[schema_id]
+        except KeyError:
+            raise SchemaError(f"unknown Avro schema id {schema_id}") from None
+
+    def by_subject(self, subject: str) -> Mapping[str, Any] | None:
+        return self._by_subject.get(subject)
+
+
+class RegistrySchemaResolver:
+    """Schemas from a Confluent Schema Registry through confluent-kafka's client."""
+
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self._client = SchemaRegistryClient(dict(conf))
+        self._cache: dict[int, Mapping[str, Any]] = {}
+
+    def by_id(self, schema_id: int) -> Mapping[str, Any]:
+        cached = self._cache.get(schema_id)
+        if cached is None:
+            try:
+                cached = json.loads(self._client.get_schema(schema_id).schema_str or "null")
+            except Exception as exc:
+                raise SchemaError(f"schema registry: cannot fetch schema id {schema_id}: {exc}"
+                                  ) from exc
+            self._cache[schema_id] = cached
+        return cached
+
+    def by_subject(self, subject: str) -> Mapping[str, Any] | None:
+        try:
+            registered = self._client.get_latest_version(subject)
+        except Exception:
+            return None
+        return json.loads(registered.schema.schema_str or "null")
+
+
+def strip_logical_types(schema: Any) -> Any:
+    """A copy of an Avro schema without ``logicalType`` so values stay Connect-level."""
+    if isinstance(schema, list):
+        return [strip_logical_types(s) for s in schema]
+    if isinstance(schema, dict):
+        return {k: strip_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    return schema
+
+
+def _non_null(avro_type: Any) -> tuple[Any, bool]:
+    if isinstance(avro_type, list):
+        branches = [t for t in avro_type if t != "null"]
+        return (branches[0] if len(branches) == 1 else branches), len(branches) < len(avro_type)
+    return avro_type, False
+
+
+def column_from_avro(field: Mapping[str, Any], named: dict[str, Any]) -> Column:
+    """A Connect :class:`Column` from one Avro field written by Confluent's AvroConverter."""
+    avro_type, optional = _non_null(field["type"])
+    if isinstance(avro_type, str) and avro_type in named:
+        avro_type = named[avro_type]
+    if isinstance(avro_type, dict):
+        base = avro_type.get("type")
+        connect_type = avro_type.get("connect.type") or _AVRO_TO_CONNECT.get(str(base), "struct")
+        semantic = avro_type.get("connect.name")
+        params = avro_type.get("connect.parameters") or {}
+        if semantic == "org.apache.kafka.connect.data.Decimal" and "scale" not in params:
+            params = {**params, "scale": str(avro_type.get("scale", 0))}
+        version = avro_type.get("connect.version")
+    else:
+        connect_type = _AVRO_TO_CONNECT.get(str(avro_type), "struct")
+        semantic, params, version = None, {}, None
+    return Column(name=field["name"], connect_type=connect_type, semantic=semantic,
+                  optional=optional, parameters={str(k): str(v) for k, v in params.items()},
+                  default=field.get("default"), version=version)
+
+
+def _collect_named(schema: Any, named: dict[str, Any], namespace: str | None = None) -> None:
+    if isinstance(schema, list):
+        for branch in schema:
+            _collect_named(branch, named, namespace)
+    elif isinstance(schema, dict):
+        if schema.get("type") in ("record", "enum", "fixed") and "name" in schema:
+            ns = schema.get("namespace", namespace)
+            name = schema["name"]
+            full = name if "." in name or not ns else f"{ns}.{name}"
+            named[full] = schema
+            named[name] = schema
+            namespace = ns
+        for field in schema.get("fields", ()) if isinstance(schema.get("fields"), list) else ():
+            _collect_named(field.get("type"), named, namespace)
+        for key in ("items", "values"):
+            if key in schema:
+                _collect_named(schema[key], named, namespace)
+
+
+def table_from_avro(record_schema: Mapping[str, Any], named: dict[str, Any]) -> TableSchema:
+    fields = record_schema.get("fields")
+    if not isinstance(fields, list):
+        raise SchemaError("Avro row schema is not a record")
+    name = record_schema.get("connect.name") or record_schema.get("name")
+    return TableSchema(name=name, columns=tuple(column_from_avro(f, named) for f in fields))
+
+
+def envelope_row_schema(schema: Mapping[str, Any]) -> TableSchema | None:
+    """The row record (type of ``after``/``before``) of an Avro Debezium envelope."""
+    named: dict[str, Any] = {}
+    _collect_named(schema, named)
+    for field in schema.get("fields") or ():
+        if field.get("name") in ("after", "before"):
+            row, _ = _non_null(field["type"])
+            if isinstance(row, str):
+                row = named.get(row)
+            if isinstance(row, dict) and row.get("type") == "record":
+                return table_from_avro(row, named)
+    return None
+
+
+def _latin1_bytes(value: Any) -> Any:
+    return value.encode("latin-1") if isinstance(value, str) else value
+
+
+class _AvroJsonRows:
+    """Avro-JSON row images: bytes arrive as ISO-8859-1 text; convert, then decode."""
+
+    def __init__(self, rows: RowDecoder) -> None:
+        self.schema = rows.schema
+        self._rows = rows
+        self._bytes = tuple(c.name for c in rows.schema.columns if c.connect_type == "bytes")
+
+    def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        for name in self._bytes:
+            if name in row:
+                row[name] = _latin1_bytes(row[name])
+        return self._rows.decode(row)
+
+
+class _Compiled:
+    __slots__ = ("columns", "parsed", "rows")
+
+    def __init__(self, parsed: Any, rows: Any, columns: tuple[str, ...] | None) -> None:
+        self.parsed = parsed
+        self.rows = rows
+        self.columns = columns
+
+
+class AvroDecoder:
+    """Decodes Confluent wire-format keys and values; compiles each schema id once."""
+
+    def __init__(self, resolver: SchemaResolver | None = None) -> None:
+        self.resolver = resolver
+        self._compiled: dict[int, _Compiled] = {}
+        self._key_compiled: dict[int, _Compiled] = {}
+        self._json_rows: dict[str, Any] = {}
+
+    def _require_resolver(self) -> SchemaResolver:
+        if self.resolver is None:
+            raise SchemaError("Confluent Avro record but no schema registry or --avro-schemas given")
+        return self.resolver
+
+    def _compile(self, schema_id: int, decoder: Decoder, *, key: bool) -> _Compiled:
+        schema = self._require_resolver().by_id(schema_id)
+        try:
+            parsed = fastavro.parse_schema(strip_logical_types(dict(schema)))
+        except Exception as exc:
+            raise SchemaError(f"Avro schema id {schema_id} is invalid: {exc}") from exc
+        if key:
+            named: dict[str, Any] = {}
+            _collect_named(schema, named)
+            table = table_from_avro(schema, named) if schema.get("type") == "record" else None
+        else:
+            table = envelope_row_schema(schema)
+        rows = decoder._row_decoder(table) if table is not None else decoder._schemaless
+        return _Compiled(parsed, rows, table.column_names if table else None)
+
+    @staticmethod
+    def _read(raw: bytes, compiled: _Compiled) -> Any:
+        buffer = io.BytesIO(raw)
+        buffer.seek(5)
+        try:
+            datum = fastavro.schemaless_reader(buffer, compiled.parsed, None)
+        except Exception as exc:
+            raise DecodeError(f"Avro payload does not match its schema: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if buffer.tell() != len(raw):
+            raise DecodeError(f"Avro payload has {len(raw) - buffer.tell()} trailing bytes")
+        return datum
+
+    @staticmethod
+    def _schema_id(raw: bytes) -> int:
+        if len(raw) < 5:
+            raise DecodeError("Confluent Avro record shorter than its 5-byte header")
+        return int.from_bytes(raw[1:5], "big")
+
+    def decode(self, record: RawRecord, decoder: Decoder) -> ChangeEvent | SideRecord:
+        raw = record.value or b""
+        schema_id = self._schema_id(raw)
+        compiled = self._compiled.get(schema_id)
+        if compiled is None:
+            compiled = self._compiled[schema_id] = self._compile(schema_id, decoder, key=False)
+        datum = self._read(raw, compiled)
+        if not isinstance(datum, dict):
+            raise EnvelopeError("Avro value is not a record")
+        if "op" not in datum:
+            from debezium_bridge.decode.envelope import side_record_of_envelope
+
+            side = side_record_of_envelope(datum, record)
+            if side is not None:
+                return side
+            raise EnvelopeError("Avro record is not a Debezium envelope: no 'op' field")
+        try:
+            env = msgspec.convert(datum, Envelope, strict=False)
+        except msgspec.ValidationError as exc:
+            raise EnvelopeError(f"malformed envelope: {exc}") from exc
+        key = decoder.decode_key(record, record.key)
+        return build_event(env, record, key, compiled.rows, None, compiled.columns)
+
+    def decode_key(self, record: RawRecord, raw: bytes, decoder: Decoder) -> dict[str, Any] | None:
+        schema_id = self._schema_id(raw)
+        compiled = self._key_compiled.get(schema_id)
+        if compiled is None:
+            compiled = self._key_compiled[schema_id] = self._compile(schema_id, decoder, key=True)
+        datum = self._read(raw, compiled)
+        if datum is None:
+            return None
+        if not isinstance(datum, dict):
+            raise DecodeError("Avro key is not a record")
+        return dict(datum)
+
+    def json_rows(self, topic: str, decoder: Decoder) -> Any | None:
+        """Row decoder for Avro-JSON values of ``topic`` when its value schema is known."""
+        if self.resolver is None:
+            return None
+        if topic not in self._json_rows:
+            schema = self.resolver.by_subject(f"{topic}-value")
+            table = envelope_row_schema(schema) if schema else None
+            self._json_rows[topic] = (
+                _AvroJsonRows(decoder._row_decoder(table)) if table is not None else None)
+        return self._json_rows[topic]
+
+
+def unwrap_avro_value(value: Any) -> Any:
+    if value.__class__ is dict and len(value) == 1:
+        (branch, inner), = value.items()
+        if branch in _AVRO_PRIMITIVES or "." in branch:
+            if branch == "bytes" and isinstance(inner, str):
+                return _latin1_bytes(inner)
+            return inner
+    return value
+
+
+def unwrap_avro_json(doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Remove the union-branch wrappers ``{"string": "x"}`` that Avro-JSON puts on optional fields.
+
+    Only the envelope's known fields, the ``source``/``transaction`` fields and row columns are
+    unwrapped, one level each, so a genuine single-field struct elsewhere is left alone. Also says
+    whether any top-level wrapper was found (the document is Avro-JSON).
+    """
+    out: dict[str, Any] = {}
+    wrapped = False
+    for name, value in doc.items():
+        unwrapped = unwrap_avro_value(value)
+        wrapped = wrapped or unwrapped is not value
+        if unwrapped.__class__ is dict and name in ("before", "after", "source", "transaction"):
+            unwrapped = {k: unwrap_avro_value(v) for k, v in unwrapped.items()}
+        out[name] = unwrapped
+    return out, wrapped

@@ -1,0 +1,49 @@
+"""Dead letters: input that cannot be translated, kept with its bytes and the reason."""
+
+from __future__ import annotations
+
+import msgspec
+
+from debezium_bridge.errors import RecordError
+from debezium_bridge.records import Header, RawRecord
+
+ERROR_HEADER_PREFIX = "__connect.errors."
+
+
+class DeadLetter(msgspec.Struct, frozen=True, gc=False):
+    """One rejected input record and why (stage, exception class, message)."""
+
+    record: RawRecord
+    stage: str
+    error_class: str
+    message: str
+
+    @classmethod
+    def of(cls, error: RecordError, record: RawRecord) -> DeadLetter:
+        return cls(record=record, stage=error.stage, error_class=type(error).__name__,
+                   message=error.message)
+
+    def context_headers(self) -> tuple[Header, ...]:
+        """Kafka Connect-style ``__connect.errors.*`` headers describing the failure."""
+        r = self.record
+        fields = (
+            ("topic", r.topic),
+            ("partition", str(r.partition)),
+            ("offset", "" if r.offset is None else str(r.offset)),
+            ("stage", self.stage),
+            ("class.name", "debezium_bridge"),
+            ("exception.class.name", f"debezium_bridge.errors.{self.error_class}"),
+            ("exception.message", self.message),
+        )
+        return tuple((ERROR_HEADER_PREFIX + name, value.encode()) for name, value in fields)
+
+    def to_record(self, topic: str | None = None) -> RawRecord:
+        """The DLQ record: original key, value and headers plus the context headers."""
+        r = self.record
+        return RawRecord(topic=topic or r.topic, partition=r.partition, offset=r.offset,
+                         timestamp=r.timestamp, key=r.key, value=r.value,
+                         headers=tuple(r.headers) + self.context_headers())
+
+    def describe(self) -> str:
+        r = self.record
+        return f"{r.topic}[{r.partition}]@{r.offset} {self.stage}: {self.message}"

@@ -1,0 +1,1 @@
+"""Encoders of canonical change records."""

@@ -1,0 +1,154 @@
+"""Records the translator works with: decoded Debezium events and canonical change records."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import Enum
+from typing import Any, Literal
+
+import msgspec
+
+from debezium_bridge.lsn import lsn_hex20
+from debezium_bridge.records import RawRecord
+
+FORMAT_VERSION = 1
+
+CanonicalOp = Literal["insert", "update", "delete", "read", "truncate", "upsert"]
+DEBEZIUM_OPS: dict[str, CanonicalOp] = {
+    "c": "insert", "u": "update", "d": "delete", "r": "read", "t": "truncate",
+}
+
+
+class SideKind(str, Enum):
+    """Records that are recognised and counted but are not row changes."""
+
+    SCHEMA_CHANGE = "schema_change"
+    HEARTBEAT = "heartbeat"
+    TX_BEGIN = "transaction_begin"
+    TX_END = "transaction_end"
+    MESSAGE = "message"
+    TOMBSTONE = "tombstone"
+
+
+class TableRef(msgspec.Struct, frozen=True, gc=False):
+    db: str
+    schema: str
+    name: str
+
+    @property
+    def table_id(self) -> str:
+        return f"{self.db}.{self.schema}.{self.name}"
+
+
+class SourceRef(msgspec.Struct, frozen=True, gc=False):
+    connector: str | None
+    name: str | None
+    version: str | None
+
+
+class TxRef(msgspec.Struct, frozen=True, gc=False):
+    id: str
+    total_order: int | None
+    data_collection_order: int | None
+
+
+class PositionRef(msgspec.Struct, frozen=True, gc=False):
+    commit_lsn: str | None
+    change_lsn: str | None
+    event_serial_no: int | None
+
+
+class LineageRef(msgspec.Struct, frozen=True, gc=False):
+    topic: str
+    partition: int
+    offset: int | None
+
+
+SortKey = tuple[bytes, bytes, int]
+"""(commit_lsn bytes, change_lsn bytes, event_serial_no or -1): sorts like the position."""
+
+
+def seq_of(key: SortKey) -> str:
+    """Fixed-width string that sorts like the position: 20 hex : 20 hex : 20 decimal digits."""
+    serial = key[2] if key[2] >= 0 else 0
+    return f"{lsn_hex20(key[0])}:{lsn_hex20(key[1])}:{serial:020d}"
+
+
+def iso_ms(epoch_ms: int | None) -> str | None:
+    """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    if epoch_ms is None:
+        return None
+    seconds, ms = divmod(epoch_ms, 1000)
+    try:
+        moment = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms:03d}Z"
+
+
+class ChangeEvent(msgspec.Struct, gc=False):
+    """One decoded Debezium data event (before ordering, dedupe and pairing)."""
+
+    record: RawRecord
+    table: TableRef
+    op: str
+    key: dict[str, Any]
+    key_id: bytes
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    unavailable: tuple[str, ...]
+    sort_key: SortKey
+    position: PositionRef
+    source_ts_ms: int | None
+    ts_ms: int | None
+    snapshot: str
+    tx: TxRef | None
+    source: SourceRef
+    column_order: tuple[str, ...] | None = None
+    partner_key_id: bytes | None = None
+    """Case-B PK change: the other half's key, from ``__debezium.newkey``/``oldkey`` headers."""
+
+    @property
+    def is_snapshot(self) -> bool:
+        return self.op == "r"
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        """What makes a replayed event a duplicate of this one (SPEC §4)."""
+        if self.op == "r" and self.snapshot != "incremental":
+            return (self.table, self.key_id, self.sort_key[0], "r")
+        return (self.table, self.sort_key, self.op, self.key_id)
+
+
+class ChangeRecord(msgspec.Struct, frozen=True, gc=False):
+    """The canonical change record (format_version 1, SPEC §5.1)."""
+
+    op: CanonicalOp
+    table: TableRef
+    table_id: str
+    key: dict[str, Any]
+    old_key: dict[str, Any] | None
+    key_changed: bool
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    changed_columns: list[str]
+    unavailable_columns: list[str]
+    position: PositionRef
+    seq: str
+    commit_ts: str | None
+    capture_ts: str | None
+    tx: TxRef | None
+    snapshot: str
+    source: SourceRef
+    lineage: list[LineageRef]
+    event_id: str
+    format_version: int = FORMAT_VERSION
+
+
+class SideRecord(msgspec.Struct, frozen=True, gc=False):
+    """A schema-change, heartbeat, transaction-boundary or message record."""
+
+    kind: SideKind
+    record: RawRecord
+    tx_id: str | None = None
+    event_count: int | None = None
