@@ -198,6 +198,12 @@ class Translator:
             return
         self._accept(decoded)  # type: ignore[arg-type]
 
+    def reject(self, dead_letter: DeadLetter) -> None:
+        """Account for input the runner could not even read (e.g. a corrupt dump line)."""
+        self.counters.records_in += 1
+        self.counters.dead_letters += 1
+        self._dead.append(dead_letter)
+
     def _side(self, side: SideRecord) -> None:
         counters = self.counters
         if side.kind is SideKind.TOMBSTONE:

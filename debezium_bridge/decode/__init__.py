@@ -226,7 +226,7 @@ class Decoder:
             return self._from_generic(record, _any_decoder.decode(payload), rows, columns)
         except msgspec.DecodeError as exc:
             raise DecodeError(f"invalid JSON payload: {exc}") from exc
-        if env.op is None and env.source is None:
+        if env.op is None:
             return self._from_generic(record, _any_decoder.decode(payload), rows, columns)
         return self._event(record, env, rows, columns)
 
@@ -237,7 +237,7 @@ class Decoder:
             env = None
         except msgspec.DecodeError as exc:
             raise DecodeError(f"invalid JSON: {exc}") from exc
-        if env is not None and (env.op is not None or env.source is not None):
+        if env is not None and env.op is not None:
             return self._event(record, env, None, None)
         doc = _any_decoder.decode(value)
         if not isinstance(doc, dict):
@@ -333,3 +333,40 @@ class Decoder:
         if record.headers:
             partner = self._header_key(record, NEWKEY_HEADER if env.op == "d" else OLDKEY_HEADER)
         return build_event(env, record, key, rows, partner, columns)
+
+
+def table_schema_of(schema: Any) -> TableSchema:
+    """A row schema from a Connect struct (row or whole envelope) or an Avro record schema."""
+    from debezium_bridge.decode.avro import _collect_named, envelope_row_schema, table_from_avro
+
+    if isinstance(schema, dict) and schema.get("type") == "struct":
+        row = _envelope_row_schema(schema)
+        return row if row is not None else table_from_connect(schema)
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        row = envelope_row_schema(schema)
+        if row is not None:
+            return row
+        named: dict[str, Any] = {}
+        _collect_named(schema, named)
+        return table_from_avro(schema, named)
+    raise SchemaError(f"not a Connect struct or Avro record schema: {schema!r:.80}")
+
+
+def load_table_schemas(path: str) -> dict[str, TableSchema]:
+    """A table-schema file: ``{topic or db.schema.table: schema}`` (JSON or YAML).
+
+    Each schema is a JsonConverter schema (the row struct, or a whole envelope schema copied from
+    one schema-ful message) or an Avro record schema.
+    """
+    from debezium_bridge.config import load_config_file
+    from debezium_bridge.errors import ConfigError
+
+    out: dict[str, TableSchema] = {}
+    for name, schema in load_config_file(path).items():
+        if isinstance(schema, dict) and "schema" in schema and "type" not in schema:
+            schema = schema["schema"]
+        try:
+            out[str(name)] = table_schema_of(schema)
+        except SchemaError as exc:
+            raise ConfigError(f"{path}: table {name!r}: {exc}") from exc
+    return out
