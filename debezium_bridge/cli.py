@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -182,7 +181,9 @@ def _resolver(config: ConvertConfig, inputs_schemas: dict[str, Any]) -> Any:
 
 
 def _is_data_topic(topic: str) -> bool:
-    return not topic.startswith("__") and not topic.endswith(".transaction") and topic.count(".") >= 2
+    """Side topics: ``<prefix>``, ``<prefix>.transaction``, ``__debezium-heartbeat.*``."""
+    return (not topic.startswith("__") and not topic.endswith(".transaction")
+            and topic.count(".") >= 2)
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ VARIABLE_DECIMAL_SEMANTIC = "io.debezium.data.VariableScaleDecimal"
 
 
 def format_unscaled(unscaled: int, scale: int) -> str:
-    """``unscaled × 10^-scale`` as an exact plain decimal string keeping the scale."""
+    """``unscaled * 10**-scale`` as an exact plain decimal string keeping the scale."""
     if scale <= 0:
         return str(unscaled * 10**-scale)
     digits = str(-unscaled if unscaled < 0 else unscaled).rjust(scale + 1, "0")
@@ -234,7 +234,8 @@ def converter_for(column: Column, binary_mode: BinaryHandlingMode = "bytes") -> 
     source_type = column.source_type
     if column.connect_type == "string" and source_type in _BINARY_SOURCE_TYPES:
         return _binary_text_converter(binary_mode)
-    if column.connect_type == "float64" and source_type in _DECIMAL_SOURCE_TYPES and scale is not None:
+    if column.connect_type == "float64" and source_type in _DECIMAL_SOURCE_TYPES \
+            and scale is not None:
         # decimal.handling.mode=double with propagated source type: render at the column scale
         return lambda value: f"{value:.{scale}f}" if isinstance(value, float | int) else value
     return None

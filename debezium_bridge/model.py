@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
@@ -19,7 +19,7 @@ DEBEZIUM_OPS: dict[str, CanonicalOp] = {
 }
 
 
-class SideKind(str, Enum):
+class SideKind(StrEnum):
     """Records that are recognised and counted but are not row changes."""
 
     SCHEMA_CHANGE = "schema_change"

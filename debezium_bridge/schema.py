@@ -76,7 +76,7 @@ class TableSchema(msgspec.Struct, frozen=True):
 
 
 def column_from_connect(field: Mapping[str, Any]) -> Column:
-    """A :class:`Column` from one JsonConverter field schema (``{"type","optional","field",...}``)."""
+    """A :class:`Column` from one JsonConverter field schema (``{"type","field",...}``)."""
     try:
         name = field["field"]
         connect_type = field["type"]
@@ -99,10 +99,11 @@ def column_from_connect(field: Mapping[str, Any]) -> Column:
 
 
 def table_from_connect(struct: Mapping[str, Any]) -> TableSchema:
-    """A :class:`TableSchema` from a JsonConverter struct schema (the ``before``/``after`` field)."""
+    """A :class:`TableSchema` from a JsonConverter struct schema (``before``/``after`` field)."""
     if not isinstance(struct, Mapping) or struct.get("type") != "struct":
         raise SchemaError(f"expected a Connect struct schema, got {struct!r:.200}")
     fields = struct.get("fields")
     if not isinstance(fields, list):
         raise SchemaError("Connect struct schema has no fields list")
-    return TableSchema(name=struct.get("name"), columns=tuple(column_from_connect(f) for f in fields))
+    columns = tuple(column_from_connect(f) for f in fields)
+    return TableSchema(name=struct.get("name"), columns=columns)

@@ -36,6 +36,7 @@ from debezium_bridge.core.counters import Counters
 from debezium_bridge.decode import Decoder
 from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.errors import ConfigError, RecordError
+from debezium_bridge.lsn import LsnFormatError, parse_lsn
 from debezium_bridge.model import (
     DEBEZIUM_OPS,
     ChangeEvent,
@@ -46,7 +47,6 @@ from debezium_bridge.model import (
     iso_ms,
     seq_of,
 )
-from debezium_bridge.lsn import LsnFormatError, parse_lsn
 from debezium_bridge.records import KafkaRecord, as_raw_record
 
 TopicPartition = tuple[str, int]
@@ -57,7 +57,7 @@ class TranslatorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Core behaviour switches and state bounds."""
 
     pair_key_changes: bool = True
-    """Merge the delete+create halves of a primary-key change (and equal-key pairs) into one update."""
+    """Merge the delete+create halves of a key change (and equal-key pairs) into one update."""
     max_pending: int = 100_000
     """Events held for ordering and pairing before the lowest positions are released anyway."""
     dedupe_capacity: int = 1_000_000
@@ -126,7 +126,8 @@ def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
         return _columns(before, order)
     names = order if order is not None else tuple(after)
     missing = before.get
-    return [c for c in names if c not in unavailable and missing(c, _ABSENT) != after.get(c, _ABSENT)]
+    return [c for c in names
+            if c not in unavailable and missing(c, _ABSENT) != after.get(c, _ABSENT)]
 
 
 _ABSENT = object()
@@ -233,9 +234,7 @@ class Translator:
         local = (event.op, event.key_id)
         if mark is None or sort_key > mark[0]:
             self._partition_marks[tp] = (sort_key, {local})
-        elif sort_key < mark[0]:
-            return True
-        elif local in mark[1]:
+        elif sort_key < mark[0] or local in mark[1]:
             return True
         else:
             mark[1].add(local)
@@ -292,10 +291,8 @@ class Translator:
         counters = self.counters
         while heap:
             commit = heap[0][0]
-            if commit < watermark:
-                pass
-            elif (expected := self._tx_expected.get(commit)) is not None and \
-                    self._commit_seen[commit] >= expected:
+            if commit < watermark or ((expected := self._tx_expected.get(commit)) is not None and \
+                    self._commit_seen[commit] >= expected):
                 pass
             elif counters.pending > self.config.max_pending:
                 counters.released_by_pressure += len(self._groups[heap[0]])

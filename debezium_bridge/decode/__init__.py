@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.decode.avro import AvroDecoder, unwrap_avro_value, unwrap_avro_json
+from debezium_bridge.decode.avro import AvroDecoder, unwrap_avro_json, unwrap_avro_value
 from debezium_bridge.decode.envelope import (
     NEWKEY_HEADER,
     OLDKEY_HEADER,
@@ -140,7 +140,8 @@ class Decoder:
         return RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
                           binary_mode=self.options.binary_handling_mode)
 
-    def _compile_envelope_schema(self, schema: Any) -> tuple[RowDecoderLike, tuple[str, ...] | None]:
+    def _compile_envelope_schema(
+            self, schema: Any) -> tuple[RowDecoderLike, tuple[str, ...] | None]:
         table = _envelope_row_schema(schema)
         if table is None:
             return self._schemaless, None

@@ -233,7 +233,8 @@ class AvroDecoder:
 
     def _require_resolver(self) -> SchemaResolver:
         if self.resolver is None:
-            raise SchemaError("Confluent Avro record but no schema registry or --avro-schemas given")
+            raise SchemaError(
+                "Confluent Avro record but no schema registry or --avro-schemas given")
         return self.resolver
 
     def _compile(self, schema_id: int, decoder: Decoder, *, key: bool) -> _Compiled:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import msgspec
@@ -11,7 +11,7 @@ import msgspec
 from debezium_bridge.model import ChangeRecord
 
 
-class View(str, Enum):
+class View(StrEnum):
     """The three views of the canonical feed (SPEC §5.1)."""
 
     CANONICAL = "canonical"

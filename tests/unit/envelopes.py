@@ -1,4 +1,4 @@
-"""Hand-built Debezium SQL Server events (schema-less JsonConverter), shaped per the reference §1."""
+"""Hand-built Debezium SQL Server events (schema-less JsonConverter), shaped per reference §1."""
 
 from __future__ import annotations
 

@@ -24,8 +24,9 @@ from debezium_bridge.dumps import (
 )
 from debezium_bridge.errors import ConfigError
 from debezium_bridge.records import RawRecord
+from tests.paths import SHARED_DATA
 
-RISINGWAVE = Path("/work/shared/data/risingwave-debezium")
+RISINGWAVE = SHARED_DATA / "risingwave-debezium"
 
 # A real `kcat -C -J` line, quoted in edenhill/kcat PR #281 ("Before"): headers are a flat array
 # of alternating names and values, a null header value is JSON null, names may repeat.

@@ -27,48 +27,38 @@ def histories(draw) -> list[list[RawRecord]]:
     next_key = 0
     parts: list[list[RawRecord]] = [[] for _ in range(PARTITIONS)]
 
-    def put(rec_factory, key):
+    def put(op, key, **kw):
         p = _partition(key)
-        parts[p].append(rec_factory(p, len(parts[p])))
+        if op == "tombstone":
+            parts[p].append(tombstone(key, partition=p, offset=len(parts[p])))
+        else:
+            parts[p].append(event(op, key, partition=p, offset=len(parts[p]), **kw))
 
     n_tx = draw(st.integers(1, 12))
     for tx in range(1, n_tx + 1):
         commit = lsn(tx * 10)
         for change_no in range(1, draw(st.integers(1, 3)) + 1):
-            change = lsn(tx * 10 - 5, change_no)
+            pos = {"commit": commit, "change": lsn(tx * 10 - 5, change_no)}
             choices = ["insert"] + (["update", "delete", "pk"] if live else [])
             kind = draw(st.sampled_from(choices))
             if kind == "insert":
                 k, next_key = next_key, next_key + 1
                 live[k] = "v0"
-                put(lambda p, o, k=k: event("c", k, commit=commit, change=change, serial=1,
-                                            after=row(k, "v0"), partition=p, offset=o), k)
+                put("c", k, serial=1, after=row(k, "v0"), **pos)
             elif kind == "update":
                 k = draw(st.sampled_from(sorted(live)))
                 old, new = live[k], f"v{tx}{change_no}"
                 live[k] = new
-                put(lambda p, o, k=k, old=old, new=new: event(
-                    "u", k, commit=commit, change=change, serial=2, before=row(k, old),
-                    after=row(k, new), partition=p, offset=o), k)
-            elif kind == "delete":
-                k = draw(st.sampled_from(sorted(live)))
-                val = live.pop(k)
-                put(lambda p, o, k=k, val=val: event("d", k, commit=commit, change=change,
-                                                     serial=1, before=row(k, val), partition=p,
-                                                     offset=o), k)
-                put(lambda p, o, k=k: tombstone(k, partition=p, offset=o), k)
+                put("u", k, serial=2, before=row(k, old), after=row(k, new), **pos)
             else:
                 k = draw(st.sampled_from(sorted(live)))
                 val = live.pop(k)
-                nk, next_key = next_key, next_key + 1
-                live[nk] = val
-                put(lambda p, o, k=k, val=val: event("d", k, commit=commit, change=change,
-                                                     serial=1, before=row(k, val), partition=p,
-                                                     offset=o), k)
-                put(lambda p, o, k=k: tombstone(k, partition=p, offset=o), k)
-                put(lambda p, o, nk=nk, val=val: event("c", nk, commit=commit, change=change,
-                                                       serial=2, after=row(nk, val), partition=p,
-                                                       offset=o), nk)
+                put("d", k, serial=1, before=row(k, val), **pos)
+                put("tombstone", k)
+                if kind == "pk":
+                    nk, next_key = next_key, next_key + 1
+                    live[nk] = val
+                    put("c", nk, serial=2, after=row(nk, val), **pos)
     return parts
 
 

@@ -1,4 +1,4 @@
-"""The core rules of SPEC §4: ordering, replay dedupe, PK-change pairing, snapshots, conservation."""
+"""Core rules of SPEC §4: ordering, replay dedupe, PK-change pairing, snapshots, conservation."""
 
 from __future__ import annotations
 
