@@ -202,8 +202,9 @@ def _reader_kwargs(config: ConvertConfig) -> dict[str, Any]:
     return {"fmt": fmt, "topic": config.topic, "key_separator": config.key_separator}
 
 
-def run_convert(config: ConvertConfig, *, stderr: IO[str] = sys.stderr) -> int:
+def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
     """Run one conversion; returns the process exit code."""
+    stderr = stderr or sys.stderr
     kwargs = _reader_kwargs(config)
     partitions: set[tuple[str, int]] = set()
     avro_subjects: dict[str, Any] = {}

@@ -1,0 +1,136 @@
+"""End-to-end tests of ``debezium-bridge convert`` (in-process and as a subprocess)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from debezium_bridge.cli import main
+from debezium_bridge.dumps import write_lossless
+from debezium_bridge.records import RawRecord
+from tests.unit.envelopes import TOPIC, delete, event, insert, lsn, row, tombstone, update
+
+
+def _pk_change_records() -> list[RawRecord]:
+    commit, change = lsn(5), lsn(5, 3)
+    return [
+        insert(1, 1, partition=0, offset=0),
+        event("c", 8, commit=commit, change=change, serial=2, after=row(8, "x"), partition=1,
+              offset=0),
+        update(1, 2, "a", "b", partition=0, offset=1),
+        event("d", 7, commit=commit, change=change, serial=1, before=row(7, "x"), partition=0,
+              offset=2),
+        tombstone(7, partition=0, offset=3),
+        delete(1, 6, partition=0, offset=4),
+        tombstone(1, partition=0, offset=5),
+        update(1, 2, "a", "b", partition=0, offset=6),  # replayed after a restart
+        RawRecord(TOPIC, 1, 1, None, b'{"id":9}', b'{"before":null,"after":{"id":9'),  # corrupt
+    ]
+
+
+@pytest.fixture
+def dump(tmp_path: Path) -> Path:
+    path = tmp_path / "dump.jsonl"
+    with path.open("wb") as out:
+        write_lossless(_pk_change_records(), out)
+    return path
+
+
+def test_convert_canonical_with_dlq_and_counters(dump: Path, tmp_path: Path, capsys):
+    out, dlq, counters = tmp_path / "out.jsonl", tmp_path / "dlq.jsonl", tmp_path / "c.json"
+    code = main(["convert", str(dump), "-o", str(out), "--dlq", str(dlq),
+                 "--counters-json", str(counters)])
+    assert code == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["op"], r["key"], r["key_changed"]) for r in records] == [
+        ("insert", {"id": 1}, False), ("update", {"id": 1}, False),
+        ("update", {"id": 8}, True), ("delete", {"id": 1}, False)]
+    assert records[2]["old_key"] == {"id": 7}
+    letters = [json.loads(line) for line in dlq.read_text().splitlines()]
+    assert len(letters) == 1
+    bad = letters[0]
+    assert base64.b64decode(bad["value_b64"]) == b'{"before":null,"after":{"id":9'
+    headers = {k: base64.b64decode(v).decode() for k, v in bad["headers"]}
+    assert headers["__connect.errors.topic"] == TOPIC
+    assert headers["__connect.errors.partition"] == "1"
+    assert headers["__connect.errors.offset"] == "1"
+    assert headers["__connect.errors.stage"] == "decode"
+    c = json.loads(counters.read_text())
+    assert c["records_in"] == 9 and c["balanced"] is True
+    assert (c["changes_out"], c["merged"], c["duplicates"], c["tombstones"],
+            c["dead_letters"]) == (4, 1, 1, 2, 1)
+    err = capsys.readouterr().err
+    assert "balanced" in err and "rejected" in err and f"{TOPIC}[1]@1" in err
+
+
+def test_fail_on_error_exit_code(dump: Path, tmp_path: Path):
+    assert main(["convert", str(dump), "-o", str(tmp_path / "o"), "--fail-on-error"]) == 1
+
+
+def test_flat_view_splits_a_key_change(dump: Path, tmp_path: Path):
+    out = tmp_path / "flat.jsonl"
+    assert main(["convert", str(dump), "--to", "flat", "-o", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["__op"], r["__deleted"]) for r in rows] == [
+        (1, "insert", False), (1, "update", False), (7, "delete", True), (8, "update", False),
+        (1, "delete", True)]
+    assert rows[2]["__seq"] == rows[3]["__seq"]
+
+
+def test_exploded_view(dump: Path, tmp_path: Path):
+    out = tmp_path / "x.jsonl"
+    assert main(["convert", str(dump), "--to", "exploded", "-o", str(out)]) == 0
+    kinds = [json.loads(line)["_change_type"] for line in out.read_text().splitlines()]
+    assert kinds == ["insert", "update_preimage", "update_postimage", "update_preimage",
+                     "update_postimage", "delete"]
+
+
+def test_usage_and_io_errors(tmp_path: Path, dump: Path):
+    assert main(["convert", str(tmp_path / "missing.jsonl")]) == 3
+    assert main(["convert", str(dump), "--max-pending", "0"]) == 2
+    assert main(["convert", str(dump), "-X", "nonsense"]) == 2
+    bad_config = tmp_path / "c.yaml"
+    bad_config.write_text("inputs: [x]\nno_such_setting: 1\n")
+    assert main(["convert", "--config", str(bad_config)]) == 2
+
+
+def test_config_file_and_env(tmp_path: Path, dump: Path, monkeypatch):
+    out = tmp_path / "o.jsonl"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"inputs: ['{dump}']\noutput: '{out}'\nto: flat\n")
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_MAX_PENDING", "5")
+    assert main(["convert", "--config", str(cfg)]) == 0
+    assert json.loads(out.read_text().splitlines()[0])["__op"] == "insert"
+
+
+def test_secrets_are_masked_in_config_repr(dump: Path):
+    from debezium_bridge.cli import _parser, config_from_args
+
+    args = _parser().parse_args(["convert", str(dump), "--schema-registry", "http://r:1",
+                                 "-X", "basic.auth.user.info=alice:s3cret"])
+    assert "s3cret" not in repr(config_from_args(args))
+
+
+def test_python_dash_m_subprocess(dump: Path):
+    proc = subprocess.run([sys.executable, "-m", "debezium_bridge", "convert", str(dump)],
+                          capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 4
+
+
+def test_several_inputs_form_one_stream(tmp_path: Path):
+    records = _pk_change_records()[:5]
+    first, second = tmp_path / "p0.jsonl", tmp_path / "p1.jsonl"
+    with first.open("wb") as out:  # partition 0 only, then partition 1 only
+        write_lossless([r for r in records if r.partition == 0], out)
+    with second.open("wb") as out:
+        write_lossless([r for r in records if r.partition == 1], out)
+    out = tmp_path / "o.jsonl"
+    assert main(["convert", str(first), str(second), "-o", str(out)]) == 0
+    ops = [json.loads(line)["op"] for line in out.read_text().splitlines()]
+    assert ops == ["insert", "update", "update"]  # the key change still merged
