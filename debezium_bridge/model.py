@@ -74,16 +74,24 @@ def seq_of(key: SortKey) -> str:
     return f"{lsn_hex20(key[0])}:{lsn_hex20(key[1])}:{serial:020d}"
 
 
+_second_texts: dict[int, str] = {}
+
+
 def iso_ms(epoch_ms: int | None) -> str | None:
-    """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (``None`` if out of range)."""
     if epoch_ms is None:
         return None
     seconds, ms = divmod(epoch_ms, 1000)
-    try:
-        moment = dt.datetime.fromtimestamp(seconds, dt.UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms:03d}Z"
+    text = _second_texts.get(seconds)
+    if text is None:
+        try:
+            text = f"{dt.datetime.fromtimestamp(seconds, dt.UTC):%Y-%m-%dT%H:%M:%S}"
+        except (OverflowError, OSError, ValueError):
+            return None
+        if len(_second_texts) > 8192:
+            _second_texts.clear()
+        _second_texts[seconds] = text
+    return f"{text}.{ms:03d}Z"
 
 
 class ChangeEvent(msgspec.Struct, gc=False):

@@ -98,16 +98,13 @@ class _BoundedSet:
 _OP_RANK = {"d": 0, "u": 1, "c": 1, "r": 1, "t": 1}
 
 
-def _event_id(*events: ChangeEvent) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for e in events:
-        h.update(e.table.table_id.encode())
-        h.update(b"\x00")
-        h.update(seq_of(e.sort_key).encode())
-        h.update(e.op.encode())
-        h.update(e.key_id)
-        h.update(b"\x01")
-    return h.hexdigest()
+def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
+    return f"{e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
+
+
+def _event_id(*parts: bytes) -> str:
+    """Deterministic id: the same input event(s) give the same id on every replay."""
+    return hashlib.blake2b(b"\x01".join(parts), digest_size=16).hexdigest()
 
 
 def _columns(image: dict[str, Any] | None, order: tuple[str, ...] | None) -> list[str]:
@@ -380,6 +377,7 @@ class Translator:
             image = e.before if op == "delete" else e.after
             changed = [c for c in _columns(image, e.column_order) if c not in e.unavailable]
         record = e.record
+        seq = seq_of(e.sort_key)
         return ChangeRecord(
             op=op,
             table=e.table,
@@ -392,19 +390,20 @@ class Translator:
             changed_columns=changed,
             unavailable_columns=list(e.unavailable),
             position=e.position,
-            seq=seq_of(e.sort_key),
+            seq=seq,
             commit_ts=iso_ms(e.source_ts_ms),
             capture_ts=iso_ms(e.ts_ms),
             tx=e.tx,
             snapshot=e.snapshot,
             source=e.source,
             lineage=[LineageRef(record.topic, record.partition, record.offset)],
-            event_id=_event_id(e),
+            event_id=_event_id(_identity_bytes(e, seq)),
         )
 
     def _merged(self, d: ChangeEvent, c: ChangeEvent) -> ChangeRecord:
         key_changed = d.key_id != c.key_id
         unavailable = d.unavailable + tuple(u for u in c.unavailable if u not in d.unavailable)
+        seq = seq_of(c.sort_key)
         return ChangeRecord(
             op="update",
             table=c.table,
@@ -417,14 +416,14 @@ class Translator:
             changed_columns=_changed(d.before, c.after, unavailable, c.column_order),
             unavailable_columns=list(unavailable),
             position=c.position,
-            seq=seq_of(c.sort_key),
+            seq=seq,
             commit_ts=iso_ms(c.source_ts_ms),
             capture_ts=iso_ms(c.ts_ms),
             tx=c.tx,
             snapshot=c.snapshot,
             source=c.source,
             lineage=[LineageRef(r.topic, r.partition, r.offset) for r in (d.record, c.record)],
-            event_id=_event_id(d, c),
+            event_id=_event_id(_identity_bytes(d, seq_of(d.sort_key)), _identity_bytes(c, seq)),
         )
 
     # -- output -------------------------------------------------------------------------------
