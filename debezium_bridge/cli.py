@@ -122,7 +122,33 @@ def _parser() -> argparse.ArgumentParser:
     add("--progress", choices=["auto", "always", "never"], default=None,
         help="progress bar on stderr (auto: when stderr is a terminal)")
     add("--counters-json", default=None, help="also write the counters as JSON to this file")
+    samples = commands.add_parser(
+        "samples", help="write sample Debezium SQL Server traffic as a lossless dump",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    samples.add_argument("-o", "--output", default="-", help="dump file ('-' = stdout)")
+    samples.add_argument("--encoding", choices=["json-schema", "json", "avro"],
+                         default="json-schema", help="value/key converter to imitate")
+    samples.add_argument("--partitions", type=int, default=3, help="partitions of the topic")
+    samples.add_argument("--avro-schemas-out", default=None,
+                         help="with --encoding avro: write the {id: schema} file here")
     return parser
+
+
+def run_samples(args: argparse.Namespace) -> int:
+    """Write the demo traffic (see :func:`debezium_bridge.samples.demo`)."""
+    from debezium_bridge.encode.debezium import InMemoryRegistry
+    from debezium_bridge.samples import demo_traffic
+
+    registry = InMemoryRegistry()
+    records = demo_traffic(args.encoding, args.partitions, registry)
+    with _open_out(args.output) as out:
+        assert out is not None
+        write_lossless(records, out)
+    if args.avro_schemas_out:
+        with open(args.avro_schemas_out, "wb") as handle:
+            handle.write(msgspec.json.encode({str(k): v for k, v in registry.schemas.items()}))
+    sys.stderr.write(f"debezium-bridge: wrote {len(records)} sample records\n")
+    return EXIT_OK
 
 
 def config_from_args(args: argparse.Namespace) -> ConvertConfig:
@@ -254,7 +280,8 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
                     bad: DumpLineError = item  # type: ignore[assignment]
                     raw = RawRecord(topic=f"file:{bad.path}", partition=0,
                                     offset=bad.line_no, value=bad.raw)
-                    translator.reject(DeadLetter(raw, "read", "DumpLineError", bad.message))
+                    translator.reject(DeadLetter(raw, "read", "DumpLineError", bad.message,
+                                                 error_module="debezium_bridge.dumps"))
                 else:
                     translator.process(item)  # type: ignore[arg-type]
                 if translator._changes or translator._dead:
@@ -286,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "convert":
             return run_convert(config_from_args(args))
+        if args.command == "samples":
+            return run_samples(args)
     except ConfigError as exc:
         sys.stderr.write(f"debezium-bridge: configuration error: {exc}\n")
         return EXIT_USAGE

@@ -17,11 +17,16 @@ class DeadLetter(msgspec.Struct, frozen=True, gc=False):
     stage: str
     error_class: str
     message: str
+    error_module: str = "debezium_bridge.errors"
 
     @classmethod
-    def of(cls, error: RecordError, record: RawRecord) -> DeadLetter:
-        return cls(record=record, stage=error.stage, error_class=type(error).__name__,
-                   message=error.message)
+    def of(cls, error: Exception, record: RawRecord, stage: str | None = None) -> DeadLetter:
+        """A dead letter for ``error``; ``error_class`` is the exception's qualified name."""
+        kind = type(error)
+        message = error.message if isinstance(error, RecordError) else f"unexpected: {error}"
+        return cls(record=record,
+                   stage=stage or (error.stage if isinstance(error, RecordError) else "decode"),
+                   error_class=kind.__qualname__, message=message, error_module=kind.__module__)
 
     def context_headers(self) -> tuple[Header, ...]:
         """Kafka Connect-style ``__connect.errors.*`` headers describing the failure."""
@@ -32,7 +37,7 @@ class DeadLetter(msgspec.Struct, frozen=True, gc=False):
             ("offset", "" if r.offset is None else str(r.offset)),
             ("stage", self.stage),
             ("class.name", "debezium_bridge"),
-            ("exception.class.name", f"debezium_bridge.errors.{self.error_class}"),
+            ("exception.class.name", f"{self.error_module}.{self.error_class}"),
             ("exception.message", self.message),
         )
         return tuple((ERROR_HEADER_PREFIX + name, value.encode()) for name, value in fields)

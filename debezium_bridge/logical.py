@@ -248,13 +248,14 @@ class RowDecoder:
     """
 
     __slots__ = ("_binary_columns", "_converters", "_placeholder", "_placeholder_b64",
-                 "_text_columns", "schema")
+                 "_placeholder_bytes", "_text_columns", "schema")
 
     def __init__(self, schema: TableSchema, *, placeholder: str = DEFAULT_PLACEHOLDER,
                  binary_mode: BinaryHandlingMode = "bytes") -> None:
         self.schema = schema
         self._placeholder = placeholder
         self._placeholder_b64 = base64.b64encode(placeholder.encode()).decode("ascii")
+        self._placeholder_bytes = placeholder.encode()
         self._converters = tuple(
             (c.name, conv) for c in schema.columns
             if (conv := converter_for(c, binary_mode)) is not None
@@ -266,17 +267,22 @@ class RowDecoder:
         """Canonical row and the names of unavailable (placeholder) columns."""
         unavailable: tuple[str, ...] = ()
         placeholder = self._placeholder
-        for name in self._text_columns:
-            if row.get(name) == placeholder:
-                row[name] = None
-                unavailable += (name,)
-        for name in self._binary_columns:
-            value = row.get(name)
-            if value == self._placeholder_b64 or value == placeholder.encode():
-                row[name] = None
-                unavailable += (name,)
+        values = row.values()
+        # the column scans below only find something if a marker is among the values at all
+        if placeholder in values or self._placeholder_b64 in values \
+                or self._placeholder_bytes in values:
+            for name in self._text_columns:
+                if row.get(name) == placeholder:
+                    row[name] = None
+                    unavailable += (name,)
+            for name in self._binary_columns:
+                value = row.get(name)
+                if value == self._placeholder_b64 or value == self._placeholder_bytes:
+                    row[name] = None
+                    unavailable += (name,)
+        get = row.get
         for name, convert in self._converters:
-            value = row.get(name)
+            value = get(name)
             if value is not None:
                 try:
                     row[name] = convert(value)
@@ -289,12 +295,16 @@ class RowDecoder:
 class SchemalessRowDecoder:
     """Rows without a schema: values pass through; only the LOB placeholder is recognised."""
 
-    __slots__ = ("_markers",)
+    __slots__ = ("_marker", "_marker_b64", "_markers")
 
     def __init__(self, *, placeholder: str = DEFAULT_PLACEHOLDER) -> None:
         self._markers = (placeholder, base64.b64encode(placeholder.encode()).decode("ascii"))
+        self._marker, self._marker_b64 = self._markers
 
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        values = row.values()
+        if self._marker not in values and self._marker_b64 not in values:
+            return row, ()
         markers = self._markers
         unavailable = tuple(k for k, v in row.items() if v.__class__ is str and v in markers)
         for name in unavailable:

@@ -115,6 +115,10 @@ class ChangeEvent(msgspec.Struct, gc=False):
     column_order: tuple[str, ...] | None = None
     partner_key_id: bytes | None = None
     """Case-B PK change: the other half's key, from ``__debezium.newkey``/``oldkey`` headers."""
+    table_id: str = ""
+    """``table.table_id``, computed once per distinct table by the decoder ("" = not cached)."""
+    seq: str = ""
+    """``seq_of(sort_key)``, computed by the decoder ("" = not computed)."""
 
     @property
     def is_snapshot(self) -> bool:

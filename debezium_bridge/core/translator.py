@@ -44,6 +44,7 @@ from debezium_bridge.model import (
     LineageRef,
     SideKind,
     SideRecord,
+    _second_texts,
     iso_ms,
     seq_of,
 )
@@ -99,7 +100,20 @@ _OP_RANK = {"d": 0, "u": 1, "c": 1, "r": 1, "t": 1}
 
 
 def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
-    return f"{e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
+    return f"{e.table_id or e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
+
+
+_blake2b = hashlib.blake2b
+
+
+def _iso_ms(epoch_ms: int | None, _texts: dict[int, str] = _second_texts) -> str | None:
+    """:func:`iso_ms` with its cache hit inlined."""
+    if epoch_ms is None:
+        return None
+    text = _texts.get(epoch_ms // 1000)
+    if text is None:
+        return iso_ms(epoch_ms)
+    return f"{text}.{epoch_ms % 1000:03d}Z"
 
 
 def _event_id(*parts: bytes) -> str:
@@ -245,32 +259,41 @@ class Translator:
     def _accept(self, event: ChangeEvent) -> None:
         record = event.record
         tp = (record.topic, record.partition)
+        # Only identities of snapshot rows and keyless events are ever looked up in
+        # ``_pending_ids``, so only those are tracked there (see _is_replay).
         if self._is_replay(event, tp):
             self.counters.duplicates += 1
             return
         commit, change = event.sort_key[0], event.sort_key[1]
         # watermark bookkeeping
-        previous = self._commit_marks.get(tp)
+        marks = self._commit_marks
+        previous = marks.get(tp)
         if previous is None or commit > previous:
-            self._commit_marks[tp] = commit
+            marks[tp] = commit
             if previous is None or previous == self._watermark or tp in self._idle:
                 self._watermark = None
-        self._idle.discard(tp)
+        idle = self._idle
+        if idle:
+            idle.discard(tp)
+        counters = self.counters
         if self._released_any and (commit, change) <= self._released_upto:
-            self.counters.late += 1
+            counters.late += 1
             self._emit_group([event])
             return
-        group_key = (commit, change, event.table.table_id)
+        group_key = (commit, change, event.table_id or event.table.table_id)
         group = self._groups.get(group_key)
         if group is None:
             self._groups[group_key] = [event]
             heapq.heappush(self._group_heap, group_key)
         else:
             group.append(event)
-        self._pending_ids.add(event.identity)
-        self.counters.pending += 1
-        self._commit_seen[commit] = self._commit_seen.get(commit, 0) + 1
-        self._commit_pending[commit] = self._commit_pending.get(commit, 0) + 1
+        if event.key_id == b"{}" or (event.op == "r" and event.snapshot != "incremental"):
+            self._pending_ids.add(event.identity)
+        counters.pending += 1
+        seen = self._commit_seen
+        seen[commit] = seen.get(commit, 0) + 1
+        waiting = self._commit_pending
+        waiting[commit] = waiting.get(commit, 0) + 1
         self._release_ready()
 
     # -- release ------------------------------------------------------------------------------
@@ -284,36 +307,52 @@ class Translator:
         heap = self._group_heap
         if not heap:
             return
-        watermark = self._current_watermark()
+        watermark = self._watermark
+        if watermark is None:
+            watermark = self._current_watermark()
         counters = self.counters
+        tx_expected = self._tx_expected
+        max_pending = self.config.max_pending
+        groups = self._groups
         while heap:
-            commit = heap[0][0]
-            if commit < watermark or ((expected := self._tx_expected.get(commit)) is not None and \
-                    self._commit_seen[commit] >= expected):
+            head = heap[0]
+            commit = head[0]
+            if commit < watermark or (tx_expected and (expected := tx_expected.get(commit))
+                                      is not None and self._commit_seen[commit] >= expected):
                 pass
-            elif counters.pending > self.config.max_pending:
-                counters.released_by_pressure += len(self._groups[heap[0]])
+            elif counters.pending > max_pending:
+                counters.released_by_pressure += len(groups[head])
             else:
                 break
             self._release_group(heapq.heappop(heap))
 
     def _release_group(self, group_key: GroupKey) -> None:
         events = self._groups.pop(group_key)
-        self.counters.pending -= len(events)
+        n = len(events)
+        counters = self.counters
+        counters.pending -= n
         pending_ids = self._pending_ids
-        for e in events:
-            pending_ids.discard(e.identity)
-        self._released_upto = (group_key[0], group_key[1])
-        self._released_any = True
+        if pending_ids:
+            for e in events:
+                if e.key_id == b"{}" or (e.op == "r" and e.snapshot != "incremental"):
+                    pending_ids.discard(e.identity)
         commit = group_key[0]
-        left = self._commit_pending[commit] - len(events)
+        self._released_upto = (commit, group_key[1])
+        self._released_any = True
+        waiting = self._commit_pending
+        left = waiting[commit] - n
         if left:
-            self._commit_pending[commit] = left
+            waiting[commit] = left
         else:
-            del self._commit_pending[commit]
+            del waiting[commit]
             del self._commit_seen[commit]
-            self._tx_expected.pop(commit, None)
-        self._emit_group(events)
+            if self._tx_expected:
+                self._tx_expected.pop(commit, None)
+        if n == 1:
+            counters.changes_out += 1
+            self._changes.append(self._single(events[0]))
+        else:
+            self._emit_group(events)
 
     def flush(self) -> None:
         """Release everything still waiting (end of input)."""
@@ -369,45 +408,51 @@ class Translator:
 
     def _single(self, e: ChangeEvent) -> ChangeRecord:
         op = DEBEZIUM_OPS[e.op]
+        unavailable = e.unavailable
         if op == "update":
-            changed = _changed(e.before, e.after, e.unavailable, e.column_order)
+            changed = _changed(e.before, e.after, unavailable, e.column_order)
         elif op == "truncate":
             changed = []
         else:
             image = e.before if op == "delete" else e.after
-            changed = [c for c in _columns(image, e.column_order) if c not in e.unavailable]
+            if unavailable:
+                changed = [c for c in _columns(image, e.column_order) if c not in unavailable]
+            else:
+                changed = _columns(image, e.column_order)
         record = e.record
-        seq = seq_of(e.sort_key)
+        seq = e.seq or seq_of(e.sort_key)
+        table_id = e.table_id or e.table.table_id
         return ChangeRecord(
-            op=op,
-            table=e.table,
-            table_id=e.table.table_id,
-            key=e.key,
-            old_key=None,
-            key_changed=False,
-            before=e.before,
-            after=e.after,
-            changed_columns=changed,
-            unavailable_columns=list(e.unavailable),
-            position=e.position,
-            seq=seq,
-            commit_ts=iso_ms(e.source_ts_ms),
-            capture_ts=iso_ms(e.ts_ms),
-            tx=e.tx,
-            snapshot=e.snapshot,
-            source=e.source,
-            lineage=[LineageRef(record.topic, record.partition, record.offset)],
-            event_id=_event_id(_identity_bytes(e, seq)),
+            op,
+            e.table,
+            table_id,
+            e.key,
+            None,
+            False,
+            e.before,
+            e.after,
+            changed,
+            list(unavailable),
+            e.position,
+            seq,
+            _iso_ms(e.source_ts_ms),
+            _iso_ms(e.ts_ms),
+            e.tx,
+            e.snapshot,
+            e.source,
+            [LineageRef(record.topic, record.partition, record.offset)],
+            _blake2b(f"{table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id,
+                     digest_size=16).hexdigest(),
         )
 
     def _merged(self, d: ChangeEvent, c: ChangeEvent) -> ChangeRecord:
         key_changed = d.key_id != c.key_id
         unavailable = d.unavailable + tuple(u for u in c.unavailable if u not in d.unavailable)
-        seq = seq_of(c.sort_key)
+        seq = c.seq or seq_of(c.sort_key)
         return ChangeRecord(
             op="update",
             table=c.table,
-            table_id=c.table.table_id,
+            table_id=c.table_id or c.table.table_id,
             key=c.key,
             old_key=d.key if key_changed else None,
             key_changed=key_changed,
@@ -423,7 +468,8 @@ class Translator:
             snapshot=c.snapshot,
             source=c.source,
             lineage=[LineageRef(r.topic, r.partition, r.offset) for r in (d.record, c.record)],
-            event_id=_event_id(_identity_bytes(d, seq_of(d.sort_key)), _identity_bytes(c, seq)),
+            event_id=_event_id(_identity_bytes(d, d.seq or seq_of(d.sort_key)),
+                               _identity_bytes(c, seq)),
         )
 
     # -- output -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ snapshot markers, transaction blocks and the unchanged-LOB placeholder.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -138,44 +139,96 @@ def build_event(
         raise EnvelopeError("update without an 'after' image", record)
     if op == "d" and before is None and not key:
         raise EnvelopeError("delete without a 'before' image or a key", record)
-    try:
-        commit_key, commit_text = normalize_lsn(source.commit_lsn)
-        change_key, change_text = normalize_lsn(source.change_lsn)
-    except LsnFormatError as exc:
-        raise EnvelopeError(str(exc), record) from exc
+    commit_text = source.commit_lsn
+    change_text = source.change_lsn
+    # fast path: both LSNs in Debezium's own form (what normalize_lsn checks first)
+    if commit_text is not None and change_text is not None \
+            and _canonical_lsn(commit_text) is not None \
+            and _canonical_lsn(change_text) is not None:
+        commit_hex = commit_text.replace(":", "")
+        change_hex = change_text.replace(":", "")
+        commit_key = _fromhex(commit_hex)
+        change_key = _fromhex(change_hex)
+    else:
+        try:
+            commit_key, commit_text = normalize_lsn(commit_text)
+            change_key, change_text = normalize_lsn(change_text)
+        except LsnFormatError as exc:
+            raise EnvelopeError(str(exc), record) from exc
+        commit_hex = commit_key.hex() if commit_key else _ZERO20
+        change_hex = change_key.hex() if change_key else _ZERO20
     if not commit_key and op != "t":
         raise EnvelopeError("source block has no commit_lsn (not a SQL Server event?)", record)
-    serial = _int_or_none(source.event_serial_no, "source.event_serial_no", record)
+    serial = source.event_serial_no
+    if serial is not None and serial.__class__ is not int:
+        serial = _int_or_none(serial, "source.event_serial_no", record)
     unavailable: tuple[str, ...] = ()
     if before is not None:
-        before, missing = rows.decode(before)
-        unavailable += missing
+        before, unavailable = rows.decode(before)
     if after is not None:
         after, missing = rows.decode(after)
-        unavailable += tuple(m for m in missing if m not in unavailable)
+        if missing:
+            unavailable += tuple(m for m in missing if m not in unavailable)
     if key is None:
         key = {}
     tx = env.transaction
+    source_ts = source.ts_ms
+    if source_ts is not None and source_ts.__class__ is not int:
+        source_ts = _int_or_none(source_ts, "source.ts_ms", record)
+    snapshot = source.snapshot
+    if snapshot.__class__ is not str:
+        snapshot = _snapshot_marker(snapshot)
+    table_key = (source.db, source.schema, source.table)
+    table = _tables.get(table_key)
+    if table is None:
+        if len(_tables) > 4096:
+            _tables.clear()
+        ref = TableRef(source.db or "", source.schema, source.table)
+        table = _tables[table_key] = (ref, ref.table_id)
+    source_key = (source.connector, source.name, source.version)
+    source_ref = _sources.get(source_key)
+    if source_ref is None:
+        if len(_sources) > 4096:
+            _sources.clear()
+        source_ref = _sources[source_key] = SourceRef(*source_key)
+    position_serial = -1 if serial is None else serial
     return ChangeEvent(
-        record=record,
-        table=TableRef(source.db or "", source.schema, source.table),
-        op=op,
-        key=key,
-        key_id=key_identity(key),
-        before=before,
-        after=after,
-        unavailable=unavailable,
-        sort_key=(commit_key, change_key, -1 if serial is None else serial),
-        position=PositionRef(commit_text, change_text, serial),
-        source_ts_ms=_int_or_none(source.ts_ms, "source.ts_ms", record),
-        ts_ms=env.ts_ms,
-        snapshot=_snapshot_marker(source.snapshot),
-        tx=None if tx is None else TxRef(
+        record,
+        table[0],
+        op,
+        key,
+        _key_encoder.encode(key) if key else _EMPTY_KEY_ID,
+        before,
+        after,
+        unavailable,
+        (commit_key, change_key, position_serial),
+        PositionRef(commit_text, change_text, serial),
+        source_ts,
+        env.ts_ms,
+        snapshot,  # type: ignore[arg-type]
+        None if tx is None else TxRef(
             tx.id,
             _int_or_none(tx.total_order, "transaction.total_order", record),
             _int_or_none(tx.data_collection_order, "transaction.data_collection_order", record),
         ),
-        source=SourceRef(source.connector, source.name, source.version),
-        column_order=column_order,
-        partner_key_id=None if partner_key is None else key_identity(partner_key),
+        source_ref,
+        column_order,
+        None if partner_key is None else key_identity(partner_key),
+        table[1],
+        f"{commit_hex}:{change_hex}:"
+        f"{_SERIAL_TEXTS[position_serial] if 0 <= position_serial < 256 else _serial_text(position_serial)}",
     )
+
+
+def _serial_text(serial: int) -> str:
+    return f"{serial if serial >= 0 else 0:020d}"
+
+
+_SERIAL_TEXTS = tuple(_serial_text(i) for i in range(256))
+_ZERO20 = "0" * 20
+_canonical_lsn = re.compile(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}").fullmatch
+"""Debezium's own LSN form (as :mod:`debezium_bridge.lsn` checks it)."""
+_fromhex = bytes.fromhex
+_tables: dict[tuple[str | None, str, str], tuple[TableRef, str]] = {}
+"""Shared TableRef and table_id per distinct (db, schema, table) (bounded)."""
+_sources: dict[tuple[str | None, str | None, str | None], SourceRef] = {}

@@ -1,0 +1,597 @@
+"""Malformed input never stops the run (SPEC §5.4).
+
+Each malformed record goes through ``Translator.process``. For each one the tests check that:
+
+* no exception escapes, and exactly one :class:`DeadLetter` comes out with a sensible ``stage``
+  and a message that names the problem;
+* ``DeadLetter.to_record()`` keeps the original key, value and headers byte for byte and appends
+  the ``__connect.errors.*`` headers with the right values;
+* the conservation counters stay balanced, and a valid record processed next still translates.
+
+Valid events are built by hand below, shaped like reference §1 (SQL Server ``source`` block).
+"""
+
+from __future__ import annotations
+
+import copy
+import decimal
+import importlib
+import io
+import json
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from debezium_bridge.core.translator import Translator
+from debezium_bridge.decode import Decoder
+from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver
+from debezium_bridge.dlq import DeadLetter
+from debezium_bridge.records import Header, RawRecord
+
+TOPIC = "server1.testDB.dbo.customers"
+PARTITION = 3
+OFFSET = 41
+HEADERS: tuple[Header, ...] = (
+    ("trace-id", b"\x00\x01\xfe binary"),
+    ("null-header", None),
+    ("trace-id", b"repeated name"),
+)
+REQUIRED_ERROR_HEADERS = ("topic", "partition", "offset", "stage", "exception.class.name",
+                          "exception.message")
+
+# --- valid events, built by hand (reference §1.1/§1.2) -----------------------------------------
+
+COMMIT = "00000027:00000758:0005"
+CHANGE = "00000027:00000758:0003"
+
+
+def source(**overrides: Any) -> dict[str, Any]:
+    block = {
+        "version": "2.7.3.Final", "connector": "sqlserver", "name": "server1",
+        "ts_ms": 1_700_000_000_123, "snapshot": "false", "db": "testDB", "sequence": None,
+        "schema": "dbo", "table": "customers", "change_lsn": CHANGE, "commit_lsn": COMMIT,
+        "event_serial_no": 1,
+    }
+    block.update(overrides)
+    return block
+
+
+def envelope(**overrides: Any) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "before": None,
+        "after": {"id": 1, "amount": "AMg="},  # amount: Decimal(10,2) 2.00 as base64
+        "source": source(),
+        "transaction": None,
+        "op": "c",
+        "ts_ms": 1_700_000_000_999,
+    }
+    env.update(overrides)
+    return env
+
+
+def without(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != name}
+
+
+def schemaless(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+ROW_FIELDS: list[dict[str, Any]] = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+     "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+     "field": "amount"},
+    {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp", "version": 1,
+     "field": "updated"},
+    {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1,
+     "field": "born"},
+    {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTime", "version": 1,
+     "field": "opens"},
+]
+
+
+def envelope_schema() -> dict[str, Any]:
+    row = {"type": "struct", "optional": True, "name": f"{TOPIC}.Value", "fields": ROW_FIELDS}
+    return {
+        "type": "struct", "optional": False, "name": f"{TOPIC}.Envelope", "version": 1,
+        "fields": [
+            {**row, "field": "before"},
+            {**row, "field": "after"},
+            {"type": "struct", "optional": False, "field": "source",
+             "name": "io.debezium.connector.sqlserver.Source", "fields": [
+                 {"type": "string", "optional": False, "field": "version"},
+                 {"type": "string", "optional": False, "field": "connector"},
+                 {"type": "string", "optional": False, "field": "name"},
+                 {"type": "int64", "optional": False, "field": "ts_ms"},
+                 {"type": "string", "optional": True, "name": "io.debezium.data.Enum",
+                  "version": 1, "parameters": {"allowed": "true,last,false,incremental"},
+                  "default": "false", "field": "snapshot"},
+                 {"type": "string", "optional": False, "field": "db"},
+                 {"type": "string", "optional": True, "field": "sequence"},
+                 {"type": "string", "optional": False, "field": "schema"},
+                 {"type": "string", "optional": False, "field": "table"},
+                 {"type": "string", "optional": True, "field": "change_lsn"},
+                 {"type": "string", "optional": True, "field": "commit_lsn"},
+                 {"type": "int64", "optional": True, "field": "event_serial_no"}]},
+            {"type": "struct", "optional": True, "name": "event.block", "version": 1,
+             "field": "transaction", "fields": [
+                 {"type": "string", "optional": False, "field": "id"},
+                 {"type": "int64", "optional": False, "field": "total_order"},
+                 {"type": "int64", "optional": False, "field": "data_collection_order"}]},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
+
+
+def schemaful(payload: Any, schema: Any = None, *, pretty: bool = False) -> bytes:
+    doc = {"schema": envelope_schema() if schema is None else schema, "payload": payload}
+    if pretty:
+        return json.dumps(doc, indent=2).encode()
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+KEY_SCHEMA = {"type": "struct", "optional": False, "name": f"{TOPIC}.Key",
+              "fields": [{"type": "int32", "optional": False, "field": "id"}]}
+GOOD_KEY = schemaless({"id": 1})
+
+AVRO_SOURCE = {
+    "type": "record", "name": "Source", "namespace": "io.debezium.connector.sqlserver",
+    "connect.name": "io.debezium.connector.sqlserver.Source",
+    "fields": [
+        {"name": "version", "type": "string"}, {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"}, {"name": "ts_ms", "type": "long"},
+        {"name": "snapshot", "type": [{"type": "string", "connect.version": 1,
+                                        "connect.name": "io.debezium.data.Enum"}, "null"],
+         "default": "false"},
+        {"name": "db", "type": "string"},
+        {"name": "sequence", "type": ["null", "string"], "default": None},
+        {"name": "schema", "type": "string"}, {"name": "table", "type": "string"},
+        {"name": "change_lsn", "type": ["null", "string"], "default": None},
+        {"name": "commit_lsn", "type": ["null", "string"], "default": None},
+        {"name": "event_serial_no", "type": ["null", "long"], "default": None},
+    ],
+}
+AVRO_ENVELOPE = {
+    "type": "record", "name": "Envelope", "namespace": TOPIC, "connect.name": f"{TOPIC}.Envelope",
+    "fields": [
+        {"name": "before", "type": ["null", {
+            "type": "record", "name": "Value", "connect.name": f"{TOPIC}.Value",
+            "fields": [
+                {"name": "id", "type": "int"},
+                {"name": "amount", "type": ["null", {
+                    "type": "bytes", "scale": 2, "precision": 10, "logicalType": "decimal",
+                    "connect.name": "org.apache.kafka.connect.data.Decimal",
+                    "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"}}],
+                 "default": None},
+            ]}], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": AVRO_SOURCE},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+AVRO_KEY = {"type": "record", "name": "Key", "namespace": TOPIC, "connect.name": f"{TOPIC}.Key",
+            "fields": [{"name": "id", "type": "int"}]}
+AVRO_ID, AVRO_KEY_ID = 1, 2
+
+
+def confluent(schema_id: int, schema: dict[str, Any], datum: Any) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(copy.deepcopy(schema)), datum)
+    return b"\x00" + struct.pack(">I", schema_id) + body.getvalue()
+
+
+def avro_value(**overrides: Any) -> bytes:
+    datum = {"before": None, "after": {"id": 1, "amount": decimal.Decimal("2.00")},
+             "source": source(), "op": "c", "ts_ms": 1_700_000_000_999}
+    datum.update(overrides)
+    return confluent(AVRO_ID, AVRO_ENVELOPE, datum)
+
+
+def avro_decoder() -> Decoder:
+    resolver = FileSchemaResolver({str(AVRO_ID): AVRO_ENVELOPE, str(AVRO_KEY_ID): AVRO_KEY})
+    return Decoder(avro=AvroDecoder(resolver))
+
+
+def valid_followup(partition: int = PARTITION) -> RawRecord:
+    """A valid event at a later position, processed after the bad one."""
+    later = source(commit_lsn="00000028:00000100:0005", change_lsn="00000028:00000100:0002")
+    return RawRecord(topic=TOPIC, partition=partition, offset=OFFSET + 1, key=schemaless({"id": 2}),
+                     value=schemaless(envelope(after={"id": 2, "amount": "AMg="},
+                                               source=later)))
+
+
+# --- the malformed records ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One kind of malformed record and the dead letter it must become."""
+
+    id: str
+    value: bytes | None
+    stage: str
+    error_class: str
+    message: str
+    """Regular expression (case-insensitive) the dead-letter message must match."""
+    key: bytes | None = GOOD_KEY
+    decoder: Callable[[], Decoder] = avro_decoder
+    marks: tuple[Any, ...] = field(default=())
+
+
+GOOD = schemaless(envelope())
+GOOD_SCHEMAFUL = schemaful(envelope())
+DEEP = b'{"a":' * 100_000
+DEEP_WELL_FORMED = schemaless(envelope(after={"id": 1, "x": "NEST"})).replace(
+    b'"NEST"', b"[" * 50_000 + b"]" * 50_000)
+
+BUG_NOT_AN_OBJECT = pytest.mark.xfail(strict=True, reason=(
+    "BUG: a JSON array/string value is reported as 'neither JSON nor Confluent Avro' "
+    "(decode/__init__.py _JSON_START only admits '{' and whitespace)"))
+BUG_UTF8 = pytest.mark.xfail(strict=True, reason=(
+    "BUG: invalid UTF-8 inside a JSON string raises UnicodeDecodeError, which the decoder "
+    "does not catch (it catches msgspec.DecodeError only); it becomes an 'unexpected' dead "
+    "letter with class UnicodeDecodeError instead of a DecodeError"))
+BUG_DEPTH = pytest.mark.xfail(strict=True, reason=(
+    "BUG: deeply nested JSON raises RecursionError from msgspec, which the decoder does not "
+    "catch; it becomes an 'unexpected' dead letter with class RecursionError"))
+BUG_INT64 = pytest.mark.xfail(strict=True, reason=(
+    "BUG: INT64 fields are not range-checked (decode/envelope.py build_event/_int_or_none): "
+    "a ts_ms beyond INT64 silently yields commit_ts/capture_ts null, and an event_serial_no "
+    "beyond INT64 or negative breaks the fixed-width seq (model.seq_of)"))
+
+BAD: list[Bad] = [
+    # -- bytes that are not a usable JSON/Avro value
+    Bad("truncated-json", GOOD[:57], "decode", "DecodeError", r"invalid JSON.*truncated"),
+    Bad("truncated-json-schemaful", GOOD_SCHEMAFUL[:300], "decode", "DecodeError",
+        r"invalid JSON|truncated"),
+    Bad("binary-garbage", b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00garbage", "decode", "DecodeError",
+        r"JSON.*0x89"),
+    Bad("empty-value", b"", "decode", "DecodeError", r"empty"),
+    Bad("json-array", b'[{"op":"c"}]', "decode|envelope", r"DecodeError|EnvelopeError",
+        r"not an object|array|list", marks=(BUG_NOT_AN_OBJECT,)),
+    Bad("json-array-after-whitespace", b' [{"op":"c"}]', "decode|envelope",
+        r"DecodeError|EnvelopeError", r"not an object|array|list"),
+    Bad("json-string", b'"op=c"', "decode|envelope", r"DecodeError|EnvelopeError",
+        r"not an object|string|str", marks=(BUG_NOT_AN_OBJECT,)),
+    Bad("deep-garbage-brackets", b"[" * 100_000, "decode", "DecodeError", r"JSON"),
+    Bad("deep-garbage-objects", DEEP, "decode", "DecodeError", r"depth|deep|nest",
+        marks=(BUG_DEPTH,)),
+    Bad("deep-well-formed-column", DEEP_WELL_FORMED, "decode", "DecodeError",
+        r"depth|deep|nest", marks=(BUG_DEPTH,)),
+    Bad("invalid-utf8-in-string", GOOD.replace(b'"server1"', b'"ser\xff\xfever1"'), "decode",
+        "DecodeError", r"utf-?8", marks=(BUG_UTF8,)),
+    Bad("invalid-utf8-in-schemaful-payload",
+        GOOD_SCHEMAFUL.replace(b'"server1"', b'"ser\xc3\x28ver1"'), "decode", "DecodeError",
+        r"utf-?8", marks=(BUG_UTF8,)),
+    # -- JSON, but not a Debezium envelope
+    Bad("object-of-wrong-shape", schemaless({"id": 1, "name": "x"}), "envelope",
+        "EnvelopeError", r"not a Debezium envelope"),
+    Bad("schemaful-payload-is-array", schemaful([1, 2]), "envelope", "EnvelopeError",
+        r"payload is not an object"),
+    Bad("missing-source", schemaless(without(envelope(), "source")), "envelope",
+        "EnvelopeError", r"source"),
+    Bad("missing-op", schemaless(without(envelope(), "op")), "envelope", "EnvelopeError",
+        r"'op'"),
+    Bad("unknown-op-x", schemaless(envelope(op="x")), "envelope", "EnvelopeError",
+        r"unknown op 'x'"),
+    Bad("create-without-after", schemaless(envelope(after=None)), "envelope", "EnvelopeError",
+        r"'c'.*after"),
+    Bad("update-without-after", schemaless(envelope(op="u", before={"id": 1}, after=None)),
+        "envelope", "EnvelopeError", r"update.*after"),
+    Bad("delete-without-before-or-key", schemaless(envelope(op="d", before=None, after=None)),
+        "envelope", "EnvelopeError", r"before.*key", key=None),
+    Bad("after-not-an-object", schemaless(envelope(after="id=1")), "envelope", "EnvelopeError",
+        r"after"),
+    Bad("source-without-table", schemaless(envelope(source=without(source(), "table"))),
+        "envelope", "EnvelopeError", r"table"),
+    Bad("transaction-without-id", schemaless(envelope(transaction={"total_order": 1})),
+        "envelope", "EnvelopeError", r"transaction"),
+    # -- positions
+    Bad("commit-lsn-not-hex", schemaless(envelope(source=source(commit_lsn="zz:00000758:0005"))),
+        "envelope", "EnvelopeError", r"LSN 'zz:00000758:0005'"),
+    Bad("commit-lsn-wrong-part-lengths",
+        schemaless(envelope(source=source(commit_lsn="0027:00000758:0005"))), "envelope",
+        "EnvelopeError", r"LSN '0027:00000758:0005'"),
+    Bad("commit-lsn-longer-than-10-bytes",
+        schemaless(envelope(source=source(commit_lsn="0x0000002700000758000500"))), "envelope",
+        "EnvelopeError", r"LSN '0x0000002700000758000500'"),
+    Bad("commit-lsn-NULL", schemaless(envelope(source=source(commit_lsn="NULL"))), "envelope",
+        "EnvelopeError", r"commit_lsn"),
+    Bad("change-lsn-not-hex",
+        schemaless(envelope(source=source(change_lsn="00000027:0000075G:0003"))), "envelope",
+        "EnvelopeError", r"LSN '00000027:0000075G:0003'"),
+    Bad("change-lsn-wrong-length",
+        schemaless(envelope(source=source(change_lsn="00000027:00000758:03"))), "envelope",
+        "EnvelopeError", r"LSN '00000027:00000758:03'"),
+    Bad("change-lsn-a-number", schemaless(envelope(source=source(change_lsn=12345))),
+        "envelope", "EnvelopeError", r"change_lsn"),
+    Bad("event-serial-no-abc", schemaless(envelope(source=source(event_serial_no="abc"))),
+        "envelope", "EnvelopeError", r"event_serial_no.*abc"),
+    Bad("event-serial-no-beyond-int64",
+        schemaless(envelope(source=source(event_serial_no=10**40))), "envelope",
+        "EnvelopeError", r"event_serial_no", marks=(BUG_INT64,)),
+    Bad("event-serial-no-negative", schemaless(envelope(source=source(event_serial_no=-3))),
+        "envelope", "EnvelopeError", r"event_serial_no", marks=(BUG_INT64,)),
+    Bad("huge-integer-source-ts-ms", schemaless(envelope(source=source(ts_ms=10**40))),
+        "envelope", "EnvelopeError", r"ts_ms", marks=(BUG_INT64,)),
+    Bad("huge-integer-envelope-ts-ms", schemaless(envelope(ts_ms=-(10**40))), "envelope",
+        "EnvelopeError", r"ts_ms", marks=(BUG_INT64,)),
+    # -- schema-ful values whose logical values do not fit their type
+    Bad("decimal-bad-base64", schemaful(envelope(after={"id": 1, "amount": "!!not base64"})),
+        "convert", "ValueConversionError", r"'amount'.*base64"),
+    Bad("decimal-empty-bytes", schemaful(envelope(after={"id": 1, "amount": ""})), "convert",
+        "ValueConversionError", r"'amount'.*empty"),
+    Bad("nanotimestamp-as-string",
+        schemaful(envelope(after={"id": 1, "updated": "2010-11-12T13:14:15.1234567"})),
+        "convert", "ValueConversionError", r"'updated'.*integer"),
+    Bad("date-out-of-range", schemaful(envelope(after={"id": 1, "born": 10**9})), "convert",
+        "ValueConversionError", r"'born'.*out of range"),
+    Bad("nanotime-beyond-a-day",
+        schemaful(envelope(after={"id": 1, "opens": 86_400 * 10**9 + 1})), "convert",
+        "ValueConversionError", r"'opens'.*out of range"),
+    Bad("schema-not-a-struct", schemaful(envelope(), {"type": "string", "optional": False}),
+        "schema", "SchemaError", r"struct"),
+    Bad("schema-not-a-struct-pretty",
+        schemaful(envelope(), {"type": "string", "optional": False}, pretty=True),
+        "schema", "SchemaError", r"struct"),
+    Bad("schemaful-invalid-payload-json",
+        b'{"schema":' + json.dumps(envelope_schema()).encode() + b',"payload":{"op":"c",,}}',
+        "decode", "DecodeError", r"invalid JSON"),
+    # -- Confluent Avro
+    Bad("avro-unknown-schema-id", b"\x00" + struct.pack(">I", 99) + avro_value()[5:], "schema",
+        "SchemaError", r"schema id 99"),
+    Bad("avro-truncated", avro_value()[:24], "decode", "DecodeError", r"Avro"),
+    Bad("avro-trailing-bytes", avro_value() + b"\x02\x04", "decode", "DecodeError",
+        r"2 trailing bytes"),
+    Bad("avro-shorter-than-header", b"\x00\x00\x00", "decode", "DecodeError", r"header"),
+    Bad("wrong-magic-byte", b"\x01" + avro_value()[1:], "decode", "DecodeError", r"0x01"),
+    Bad("avro-without-resolver", avro_value(), "schema", "SchemaError", r"schema registry",
+        decoder=Decoder),
+    # -- keys
+    Bad("key-not-json", GOOD, "decode-key", "KeyDecodeError", r"key.*JSON",
+        key=b"\xff\xfe\x00\x01garbage"),
+    Bad("key-json-list", GOOD, "decode-key", "KeyDecodeError", r"key.*struct",
+        key=b"[1, 2]"),
+    Bad("key-truncated", GOOD, "decode-key", "KeyDecodeError", r"key", key=b'{"id":'),
+    Bad("key-schema-not-a-struct", GOOD, "decode-key", "KeyDecodeError", r"key.*struct",
+        key=schemaless({"schema": {"type": "int32"}, "payload": 5})),
+    Bad("key-invalid-utf8", GOOD, "decode-key", "KeyDecodeError", r"utf-?8",
+        key=b'{"id":"\xff"}', marks=(BUG_UTF8,)),
+    Bad("avro-key-unknown-schema-id", GOOD, "decode-key", "KeyDecodeError", r"schema id 77",
+        key=b"\x00" + struct.pack(">I", 77) + b"\x02"),
+    # -- CloudEvents
+    Bad("cloudevent-without-op", schemaless({"specversion": "1.0", "id": "x", "source": "/s",
+                                             "type": "t", "data": {"after": {"id": 1}}}),
+        "envelope", "EnvelopeError", r"iodebeziumop"),
+]
+
+
+def bad_params() -> list[Any]:
+    return [pytest.param(b, id=b.id, marks=b.marks) for b in BAD]
+
+
+def assert_error_headers(dead: DeadLetter, record: RawRecord) -> None:
+    out = dead.to_record()
+    # original key, value and headers byte for byte, then the context headers
+    assert out.topic == record.topic
+    assert (out.partition, out.offset, out.timestamp) == (PARTITION, OFFSET, record.timestamp)
+    assert out.key == record.key
+    assert out.value == record.value
+    assert out.headers[:len(HEADERS)] == HEADERS
+    added = out.headers[len(HEADERS):]
+    assert all(name.startswith("__connect.errors.") for name, _ in added)
+    errors = {name.removeprefix("__connect.errors."): value for name, value in added}
+    assert set(REQUIRED_ERROR_HEADERS) <= set(errors)
+    assert errors["topic"] == TOPIC.encode()
+    assert errors["partition"] == str(PARTITION).encode()
+    assert errors["offset"] == str(OFFSET).encode()
+    assert errors["stage"] == dead.stage.encode()
+    assert errors["exception.message"] == dead.message.encode()
+    # the class header names a real class of that name (module + class, like Connect's FQCN)
+    class_name = (errors["exception.class.name"] or b"").decode()
+    module_name, _, cls_name = class_name.rpartition(".")
+    assert cls_name == dead.error_class
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    assert isinstance(cls, type) and issubclass(cls, Exception)
+    # routed to a DLQ topic: same bytes, same coordinates in the headers
+    routed = dead.to_record("dlq.customers")
+    assert routed.topic == "dlq.customers"
+    assert routed.key == record.key and routed.value == record.value
+    assert routed.headers == out.headers
+
+
+@pytest.mark.parametrize("bad", bad_params())
+def test_malformed_record_becomes_one_dead_letter(bad: Bad) -> None:
+    translator = Translator(decoder=bad.decoder())
+    record = RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET,
+                       timestamp=1_700_000_001_000, key=bad.key, value=bad.value,
+                       headers=HEADERS)
+    translator.process(record)  # must not raise
+    changes, dead = translator.drain()
+    assert changes == []
+    assert len(dead) == 1, [d.describe() for d in dead]
+    letter = dead[0]
+    assert letter.record == record
+    assert re.fullmatch(bad.stage, letter.stage), letter.describe()
+    assert re.fullmatch(bad.error_class, letter.error_class), letter
+    assert letter.message, letter
+    assert re.search(bad.message, letter.message, flags=re.IGNORECASE), letter.message
+    assert translator.counters.dead_letters == 1
+    assert translator.counters.balanced, translator.counters.summary()
+    assert_error_headers(letter, record)
+
+    # the run continues: a valid record afterwards still translates
+    translator.process(valid_followup())
+    translator.flush()
+    changes, dead = translator.drain()
+    assert dead == []
+    assert len(changes) == 1
+    assert changes[0].key == {"id": 2}
+    assert changes[0].op == "insert"
+    assert translator.counters.records_in == 2
+    assert translator.counters.changes_out == 1
+    assert translator.counters.balanced, translator.counters.summary()
+
+
+def test_kinds_of_malformed_records_cover_the_brief() -> None:
+    assert len(BAD) >= 25
+    assert len({b.id for b in BAD}) == len(BAD)
+
+
+@pytest.mark.parametrize("value", [GOOD, GOOD_SCHEMAFUL, schemaful(envelope(), pretty=True),
+                                   avro_value()], ids=["schemaless", "schemaful",
+                                                       "schemaful-pretty", "avro"])
+def test_the_valid_baselines_translate(value: bytes) -> None:
+    """The malformed records above are small mutations of these."""
+    translator = Translator(decoder=avro_decoder())
+    translator.process(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET, key=GOOD_KEY,
+                                 value=value))
+    translator.flush()
+    changes, dead = translator.drain()
+    assert dead == []
+    assert len(changes) == 1
+    assert changes[0].after is not None and changes[0].after["amount"] in ("AMg=", "2.00")
+    assert changes[0].position.commit_lsn == COMMIT
+
+
+def test_several_bad_records_in_one_stream_keep_order_and_balance() -> None:
+    translator = Translator(decoder=avro_decoder())
+    records = [RawRecord(topic=TOPIC, partition=PARTITION, offset=i, key=b.key, value=b.value)
+               for i, b in enumerate(BAD) if not b.marks and b.decoder is avro_decoder]
+    for r in records:
+        translator.process(r)
+    translator.process(valid_followup())
+    translator.flush()
+    changes, dead = translator.drain()
+    assert [d.record.offset for d in dead] == [r.offset for r in records]
+    assert len(changes) == 1
+    assert translator.counters.balanced, translator.counters.summary()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: dlq.py DeadLetter.context_headers always writes "
+    "'debezium_bridge.errors.<class>' as __connect.errors.exception.class.name, so an "
+    "unexpected exception (RuntimeError, UnicodeDecodeError...) is reported under a class "
+    "that does not exist"))
+def test_unexpected_decoder_exception_names_its_real_class() -> None:
+    class ExplodingDecoder(Decoder):
+        def decode(self, record: RawRecord) -> Any:
+            raise RuntimeError("boom")
+
+    translator = Translator(decoder=ExplodingDecoder())
+    record = RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET, key=GOOD_KEY,
+                       value=GOOD, headers=HEADERS)
+    translator.process(record)
+    _, dead = translator.drain()
+    assert len(dead) == 1
+    assert "boom" in dead[0].message
+    assert translator.counters.balanced
+    headers = dict(dead[0].to_record().headers)
+    class_name = (headers["__connect.errors.exception.class.name"] or b"").decode()
+    module_name, _, cls_name = class_name.rpartition(".")
+    assert getattr(importlib.import_module(module_name), cls_name, None) is RuntimeError
+
+
+# --- property tests (hypothesis) ---------------------------------------------------------------
+
+PROPERTY_SETTINGS = settings(max_examples=300, deadline=None,
+                             suppress_health_check=[HealthCheck.too_slow])
+
+
+def check_one_record(record: RawRecord) -> None:
+    """Process one arbitrary record, then a valid one: nothing raises, everything balances."""
+    translator = Translator(decoder=avro_decoder())
+    translator.process(record)
+    assert translator.counters.records_in == 1
+    assert translator.counters.balanced, translator.counters.summary()
+    _, dead = translator.drain()
+    for letter in dead:  # every dead letter is complete and keeps the bytes
+        out = letter.to_record()
+        assert out.key == record.key and out.value == record.value
+        assert letter.stage and letter.message
+    followup = valid_followup(partition=9)
+    translator.process(followup)
+    translator.flush()
+    changes, _ = translator.drain()
+    assert any(c.lineage[-1].partition == 9 for c in changes)
+    assert translator.counters.records_in == 2
+    assert translator.counters.balanced, translator.counters.summary()
+
+
+@PROPERTY_SETTINGS
+@given(value=st.none() | st.binary(max_size=512), key=st.none() | st.binary(max_size=64))
+def test_arbitrary_bytes_never_raise(value: bytes | None, key: bytes | None) -> None:
+    check_one_record(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET, key=key,
+                               value=value, headers=HEADERS))
+
+
+@PROPERTY_SETTINGS
+@given(value=st.sampled_from([b"\x00", b"{", b'{"schema":', b" "]).flatmap(
+    lambda prefix: st.binary(max_size=256).map(lambda tail: prefix + tail)))
+def test_arbitrary_bytes_after_a_plausible_prefix_never_raise(value: bytes) -> None:
+    check_one_record(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET, key=GOOD_KEY,
+                               value=value))
+
+
+VALID_VALUES = [GOOD, GOOD_SCHEMAFUL, schemaful(envelope(), pretty=True), avro_value(),
+                schemaless(envelope(op="u", before={"id": 1, "amount": "AGQ="})),
+                schemaful(envelope(after={"id": 1, "amount": "AMg=", "updated": 10**18,
+                                          "born": 19000, "opens": 3_600 * 10**9}))]
+VALID_KEYS = [GOOD_KEY, schemaless({"schema": KEY_SCHEMA, "payload": {"id": 1}}),
+              confluent(AVRO_KEY_ID, AVRO_KEY, {"id": 1})]
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """A valid (key, value) with one of its parts truncated, byte-flipped or spliced."""
+    value = draw(st.sampled_from(VALID_VALUES))
+    key = draw(st.sampled_from(VALID_KEYS))
+    target = draw(st.sampled_from(["value", "key"]))
+    data = value if target == "value" else key
+    how = draw(st.sampled_from(["truncate", "flip", "insert", "delete"]))
+    pos = draw(st.integers(min_value=0, max_value=len(data) - 1))
+    if how == "truncate":
+        data = data[:pos]
+    elif how == "flip":
+        data = data[:pos] + bytes([data[pos] ^ draw(st.integers(1, 255))]) + data[pos + 1:]
+    elif how == "insert":
+        data = data[:pos] + draw(st.binary(min_size=1, max_size=4)) + data[pos:]
+    else:
+        data = data[:pos] + data[pos + 1:]
+    return (data, value) if target == "key" else (key, data)
+
+
+@PROPERTY_SETTINGS
+@given(case=mutated())
+def test_mutated_valid_events_never_raise(case: tuple[bytes, bytes]) -> None:
+    key, value = case
+    check_one_record(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET, key=key,
+                               value=value, headers=HEADERS))
+
+
+@PROPERTY_SETTINGS
+@given(cases=st.lists(mutated(), min_size=1, max_size=8))
+def test_streams_of_mutated_events_stay_balanced(cases: list[tuple[bytes, bytes]]) -> None:
+    translator = Translator(decoder=avro_decoder())
+    for offset, (key, value) in enumerate(cases):
+        translator.process(RawRecord(topic=TOPIC, partition=offset % 3, offset=offset, key=key,
+                                     value=value))
+        assert translator.counters.balanced, translator.counters.summary()
+    translator.flush()
+    changes, dead = translator.drain()
+    counters = translator.counters
+    assert counters.records_in == len(cases)
+    assert counters.pending == 0
+    assert counters.balanced, counters.summary()
+    assert len(dead) == counters.dead_letters
+    assert len(changes) == counters.changes_out
