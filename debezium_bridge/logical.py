@@ -268,18 +268,21 @@ class RowDecoder:
         unavailable: tuple[str, ...] = ()
         placeholder = self._placeholder
         values = row.values()
-        # the column scans below only find something if a marker is among the values at all
-        if placeholder in values or self._placeholder_b64 in values \
-                or self._placeholder_bytes in values:
+        # each column scan below only finds something if its marker is among the values at all
+        if self._text_columns and placeholder in values:
             for name in self._text_columns:
                 if row.get(name) == placeholder:
                     row[name] = None
                     unavailable += (name,)
+        if self._binary_columns and (self._placeholder_b64 in values
+                                     or self._placeholder_bytes in values):
             for name in self._binary_columns:
                 value = row.get(name)
                 if value == self._placeholder_b64 or value == self._placeholder_bytes:
                     row[name] = None
                     unavailable += (name,)
+        if not self._converters:
+            return row, unavailable
         get = row.get
         for name, convert in self._converters:
             value = get(name)
@@ -295,15 +298,15 @@ class RowDecoder:
 class SchemalessRowDecoder:
     """Rows without a schema: values pass through; only the LOB placeholder is recognised."""
 
-    __slots__ = ("_marker", "_marker_b64", "_markers")
+    __slots__ = ("_markers", "marker", "marker_b64")
 
     def __init__(self, *, placeholder: str = DEFAULT_PLACEHOLDER) -> None:
         self._markers = (placeholder, base64.b64encode(placeholder.encode()).decode("ascii"))
-        self._marker, self._marker_b64 = self._markers
+        self.marker, self.marker_b64 = self._markers
 
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         values = row.values()
-        if self._marker not in values and self._marker_b64 not in values:
+        if self.marker not in values and self.marker_b64 not in values:
             return row, ()
         markers = self._markers
         unavailable = tuple(k for k, v in row.items() if v.__class__ is str and v in markers)

@@ -44,11 +44,10 @@ from debezium_bridge.model import (
     LineageRef,
     SideKind,
     SideRecord,
-    _second_texts,
     iso_ms,
     seq_of,
 )
-from debezium_bridge.records import KafkaRecord, as_raw_record
+from debezium_bridge.records import KafkaRecord, RawRecord, as_raw_record
 
 TopicPartition = tuple[str, int]
 GroupKey = tuple[bytes, bytes, str]
@@ -104,16 +103,22 @@ def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
 
 
 _blake2b = hashlib.blake2b
+_ABSENT: Any = object()
 
 
-def _iso_ms(epoch_ms: int | None, _texts: dict[int, str] = _second_texts) -> str | None:
-    """:func:`iso_ms` with its cache hit inlined."""
-    if epoch_ms is None:
-        return None
-    text = _texts.get(epoch_ms // 1000)
-    if text is None:
-        return iso_ms(epoch_ms)
-    return f"{text}.{epoch_ms % 1000:03d}Z"
+_ms_texts: dict[int | None, str | None] = {None: None}
+
+
+def _iso_ms(epoch_ms: int | None) -> str | None:
+    """:func:`iso_ms`, memoised per distinct millisecond (bounded)."""
+    text = _ms_texts.get(epoch_ms, _ABSENT)
+    if text is _ABSENT:
+        text = iso_ms(epoch_ms)
+        if len(_ms_texts) > 16384:
+            _ms_texts.clear()
+            _ms_texts[None] = None
+        _ms_texts[epoch_ms] = text
+    return text  # type: ignore[return-value]
 
 
 def _event_id(*parts: bytes) -> str:
@@ -135,13 +140,16 @@ def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
         return [c for c in _columns(after, order) if c not in unavailable]
     if after is None:
         return _columns(before, order)
-    names = order if order is not None else tuple(after)
     missing = before.get
+    if not unavailable:
+        if order is None:
+            return [c for c, value in after.items() if missing(c, _ABSENT) != value]
+        present = after.get
+        return [c for c in order if missing(c, _ABSENT) != present(c, _ABSENT)]
+    names = order if order is not None else tuple(after)
     return [c for c in names
             if c not in unavailable and missing(c, _ABSENT) != after.get(c, _ABSENT)]
 
-
-_ABSENT = object()
 
 
 class Translator:
@@ -192,7 +200,7 @@ class Translator:
     # -- input --------------------------------------------------------------------------------
     def process(self, record: KafkaRecord) -> None:
         """Translate one record; results become available through :meth:`drain`."""
-        raw = as_raw_record(record)
+        raw = record if record.__class__ is RawRecord else as_raw_record(record)
         counters = self.counters
         counters.records_in += 1
         try:
@@ -233,62 +241,62 @@ class Translator:
                     self._tx_expected[commit] = side.event_count
                     self._release_ready()
 
-    def _is_replay(self, event: ChangeEvent, tp: TopicPartition) -> bool:
-        if event.op == "r" and event.snapshot != "incremental":
-            identity = event.identity
-            if identity in self._recent or identity in self._pending_ids:
-                return True
-            self._recent.add(identity)
-            return False
-        sort_key = event.sort_key
-        mark = self._partition_marks.get(tp)
-        local = (event.op, event.key_id)
-        if mark is None or sort_key > mark[0]:
-            self._partition_marks[tp] = (sort_key, {local})
-        elif sort_key < mark[0] or local in mark[1]:
-            return True
-        else:
-            mark[1].add(local)
-        if event.key_id == b"{}":
-            identity = event.identity
-            if identity in self._recent or identity in self._pending_ids:
-                return True
-            self._recent.add(identity)
-        return False
-
     def _accept(self, event: ChangeEvent) -> None:
         record = event.record
         tp = (record.topic, record.partition)
-        # Only identities of snapshot rows and keyless events are ever looked up in
-        # ``_pending_ids``, so only those are tracked there (see _is_replay).
-        if self._is_replay(event, tp):
-            self.counters.duplicates += 1
-            return
-        commit, change = event.sort_key[0], event.sort_key[1]
+        sort_key = event.sort_key
+        op = event.op
+        key_id = event.key_id
+        # replay dedupe (module docstring, rule 2; ``ChangeEvent.identity``). Only identities
+        # of snapshot rows and keyless events are ever looked up in ``_pending_ids``, so only
+        # those are tracked there.
+        tracked: tuple[Any, ...] | None = None
+        if op == "r" and event.snapshot != "incremental":
+            tracked = (event.table, key_id, sort_key[0], "r")
+        else:
+            marks = self._partition_marks
+            mark = marks.get(tp)
+            local = (op, key_id)
+            if mark is None or sort_key > mark[0]:
+                marks[tp] = (sort_key, {local})
+            elif sort_key < mark[0] or local in mark[1]:
+                self.counters.duplicates += 1
+                return
+            else:
+                mark[1].add(local)
+            if key_id == b"{}":
+                tracked = (event.table, sort_key, op, key_id)
+        if tracked is not None:
+            if tracked in self._recent or tracked in self._pending_ids:
+                self.counters.duplicates += 1
+                return
+            self._recent.add(tracked)
+        commit = sort_key[0]
         # watermark bookkeeping
-        marks = self._commit_marks
-        previous = marks.get(tp)
+        commit_marks = self._commit_marks
+        previous = commit_marks.get(tp)
         if previous is None or commit > previous:
-            marks[tp] = commit
+            commit_marks[tp] = commit
             if previous is None or previous == self._watermark or tp in self._idle:
                 self._watermark = None
         idle = self._idle
         if idle:
             idle.discard(tp)
         counters = self.counters
-        if self._released_any and (commit, change) <= self._released_upto:
+        if self._released_any and (commit, sort_key[1]) <= self._released_upto:
             counters.late += 1
             self._emit_group([event])
             return
-        group_key = (commit, change, event.table_id or event.table.table_id)
-        group = self._groups.get(group_key)
+        group_key = (commit, sort_key[1], event.table_id or event.table.table_id)
+        groups = self._groups
+        group = groups.get(group_key)
         if group is None:
-            self._groups[group_key] = [event]
+            groups[group_key] = [event]
             heapq.heappush(self._group_heap, group_key)
         else:
             group.append(event)
-        if event.key_id == b"{}" or (event.op == "r" and event.snapshot != "incremental"):
-            self._pending_ids.add(event.identity)
+        if tracked is not None:
+            self._pending_ids.add(tracked)
         counters.pending += 1
         seen = self._commit_seen
         seen[commit] = seen.get(commit, 0) + 1
@@ -299,7 +307,11 @@ class Translator:
     # -- release ------------------------------------------------------------------------------
     def _current_watermark(self) -> bytes:
         if self._watermark is None:
-            active = [c for tp, c in self._commit_marks.items() if tp not in self._idle]
+            idle = self._idle
+            if idle:
+                active = [c for tp, c in self._commit_marks.items() if tp not in idle]
+            else:
+                active = list(self._commit_marks.values())
             self._watermark = min(active) if active else b"\xff" * 11
         return self._watermark
 
@@ -312,6 +324,9 @@ class Translator:
             watermark = self._current_watermark()
         counters = self.counters
         tx_expected = self._tx_expected
+        if heap[0][0] >= watermark and not tx_expected \
+                and counters.pending <= self.config.max_pending:
+            return  # nothing to release (the common case while a group waits)
         max_pending = self.config.max_pending
         groups = self._groups
         while heap:
@@ -422,6 +437,12 @@ class Translator:
         record = e.record
         seq = e.seq or seq_of(e.sort_key)
         table_id = e.table_id or e.table.table_id
+        commit_ts = _ms_texts.get(e.source_ts_ms, _ABSENT)
+        if commit_ts is _ABSENT:
+            commit_ts = _iso_ms(e.source_ts_ms)
+        capture_ts = _ms_texts.get(e.ts_ms, _ABSENT)
+        if capture_ts is _ABSENT:
+            capture_ts = _iso_ms(e.ts_ms)
         return ChangeRecord(
             op,
             e.table,
@@ -432,11 +453,11 @@ class Translator:
             e.before,
             e.after,
             changed,
-            list(unavailable),
+            list(unavailable) if unavailable else [],
             e.position,
             seq,
-            _iso_ms(e.source_ts_ms),
-            _iso_ms(e.ts_ms),
+            commit_ts,
+            capture_ts,
             e.tx,
             e.snapshot,
             e.source,

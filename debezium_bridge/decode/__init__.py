@@ -352,7 +352,10 @@ class Decoder:
                 raise KeyDecodeError(f"key is not valid JSON: {exc}", record) from exc
             if key.__class__ is dict and dict not in map(type, key.values()) \
                     and not ("payload" in key and "schema" in key):  # type: ignore[operator]
-                key = self._schemaless.decode(key)[0]  # type: ignore[arg-type]
+                plain = self._schemaless
+                values = key.values()  # type: ignore[union-attr]
+                if plain.marker in values or plain.marker_b64 in values:
+                    key = plain.decode(key)[0]  # type: ignore[arg-type]
             else:
                 key = self.decode_key(record, raw)
         else:

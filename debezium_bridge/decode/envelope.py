@@ -215,8 +215,9 @@ def build_event(
         column_order,
         None if partner_key is None else key_identity(partner_key),
         table[1],
-        f"{commit_hex}:{change_hex}:"
-        f"{_SERIAL_TEXTS[position_serial] if 0 <= position_serial < 256 else _serial_text(position_serial)}",
+        f"{commit_hex}:{change_hex}:{_SERIAL_TEXTS[position_serial]}"
+        if 0 <= position_serial < 256 else
+        f"{commit_hex}:{change_hex}:{_serial_text(position_serial)}",
     )
 
 

@@ -75,11 +75,13 @@ def flat_rows(record: ChangeRecord) -> Iterator[dict[str, Any]]:
 
 def encode_lines(records: list[ChangeRecord], view: View) -> Iterator[bytes]:
     """JSON lines (each with its newline) of ``records`` in the chosen view."""
+    # ``encode_lines((item,))`` writes the newline into the same buffer (no concatenation copy)
+    line = _encoder.encode_lines
     if view is View.CANONICAL:
         for record in records:
-            yield _encoder.encode(record) + b"\n"
+            yield line((record,))
         return
     rows = exploded_rows if view is View.EXPLODED else flat_rows
     for record in records:
         for row in rows(record):
-            yield _encoder.encode(row) + b"\n"
+            yield line((row,))
