@@ -211,7 +211,7 @@ class Translator:
             return
         except Exception as exc:  # a decoder bug must not stop the stream either
             counters.dead_letters += 1
-            self._dead.append(DeadLetter(raw, "decode", type(exc).__name__, f"unexpected: {exc}"))
+            self._dead.append(DeadLetter.of(exc, raw))
             return
         if decoded.__class__ is SideRecord:
             self._side(decoded)  # type: ignore[arg-type]

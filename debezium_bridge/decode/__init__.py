@@ -105,7 +105,9 @@ class _SchemaCache:
 
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 _any_decoder = msgspec.json.Decoder()
-_JSON_START = frozenset(b"{ \t\r\n")
+_JSON_START = frozenset(b'{[" \t\r\n-0123456789tfn')
+_BAD_TEXT = (UnicodeDecodeError, RecursionError)
+"""msgspec raises these (not DecodeError) for invalid UTF-8 and absurd nesting."""
 
 
 def _envelope_row_schema(schema: Any) -> TableSchema | None:
@@ -174,7 +176,7 @@ class Decoder:
                         key = {k: unwrap_avro_value(v) for k, v in key.items()}
         except RecordError as exc:
             raise KeyDecodeError(f"key: {exc.message}", record) from exc
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, *_BAD_TEXT) as exc:
             raise KeyDecodeError(f"key is not valid JSON: {exc}", record) from exc
         if key is None:
             return None
@@ -228,6 +230,8 @@ class Decoder:
             if exc.record is None:
                 exc.record = record
             raise
+        except _BAD_TEXT as exc:
+            raise DecodeError(f"invalid JSON: {type(exc).__name__}: {exc}", record) from exc
 
     def _from_payload(self, record: RawRecord, payload: bytes, rows: RowDecoderLike,
                       columns: tuple[str, ...] | None) -> ChangeEvent | SideRecord:
@@ -348,7 +352,7 @@ class Decoder:
             # fast path for a schema-less JSON key (same result as decode_key)
             try:
                 key = _any_decoder.decode(raw)
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, *_BAD_TEXT) as exc:
                 raise KeyDecodeError(f"key is not valid JSON: {exc}", record) from exc
             if key.__class__ is dict and dict not in map(type, key.values()) \
                     and not ("payload" in key and "schema" in key):  # type: ignore[operator]

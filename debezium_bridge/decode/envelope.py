@@ -26,6 +26,8 @@ from debezium_bridge.model import (
 )
 from debezium_bridge.records import RawRecord
 
+_INT64_END = 2**63
+_TS_MIN, _TS_END = -62135596800000, 253402300800000  # years 1..9999 in epoch milliseconds
 DATA_OPS = frozenset({"c", "u", "d", "r", "t"})
 OLDKEY_HEADER = "__debezium.oldkey"
 NEWKEY_HEADER = "__debezium.newkey"
@@ -160,8 +162,10 @@ def build_event(
     if not commit_key and op != "t":
         raise EnvelopeError("source block has no commit_lsn (not a SQL Server event?)", record)
     serial = source.event_serial_no
-    if serial is not None and serial.__class__ is not int:
+    if serial is not None and (serial.__class__ is not int or not 0 <= serial < _INT64_END):
         serial = _int_or_none(serial, "source.event_serial_no", record)
+        if serial is not None and not 0 <= serial < _INT64_END:
+            raise EnvelopeError(f"source.event_serial_no out of range: {serial}", record)
     unavailable: tuple[str, ...] = ()
     if before is not None:
         before, unavailable = rows.decode(before)
@@ -173,8 +177,13 @@ def build_event(
         key = {}
     tx = env.transaction
     source_ts = source.ts_ms
-    if source_ts is not None and source_ts.__class__ is not int:
+    if source_ts is not None and (source_ts.__class__ is not int
+                                  or not _TS_MIN <= source_ts < _TS_END):
         source_ts = _int_or_none(source_ts, "source.ts_ms", record)
+        if source_ts is not None and not _TS_MIN <= source_ts < _TS_END:
+            raise EnvelopeError(f"source.ts_ms out of range: {source_ts}", record)
+    if env.ts_ms is not None and not _TS_MIN <= env.ts_ms < _TS_END:
+        raise EnvelopeError(f"envelope ts_ms out of range: {env.ts_ms}", record)
     snapshot = source.snapshot
     if snapshot.__class__ is not str:
         snapshot = _snapshot_marker(snapshot)

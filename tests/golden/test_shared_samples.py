@@ -1,7 +1,7 @@
-"""Golden tests on the public samples in ``/work/shared/data`` (each directory has a PROVENANCE.md).
+"""Golden tests on the public samples in ``../shared/data`` (each directory has a PROVENANCE.md).
 
 Expected values come from the PROVENANCE files, the Debezium reference
-(``/work/shared/reference/debezium-sqlserver.md``) and SPEC §3.1/§4/§5.1/§5.4, never from the
+(``../shared/reference/debezium-sqlserver.md``) and SPEC §3.1/§4/§5.1/§5.4, never from the
 translator's own output.
 
 Samples, whether each is a valid Debezium value as printed, and what the tests assert
@@ -104,7 +104,6 @@ import io
 import json
 import re
 import struct
-from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -123,8 +122,9 @@ from debezium_bridge.encode.canonical import flat_rows, to_dict
 from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord
 from debezium_bridge.records import RawRecord
 from debezium_bridge.schema import table_from_connect
+from tests.paths import SHARED_DATA
 
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 REDIS = DATA / "debezium-server-redis-sqlserver"
 DOCS = DATA / "debezium-docs-sqlserver"
 MZ = DATA / "materialize-sqlserver-testdrive"
@@ -472,14 +472,19 @@ def test_doc_create_repaired(version: str) -> None:
 
 
 def test_doc_v3dev_create_as_printed_translates() -> None:
-    """Valid JSON syntax despite three ``ts_ms`` members: tolerated, last one wins.
+    """Valid JSON syntax despite three ``ts_ms`` members; the last one wins.
 
-    The last ``ts_ms`` is the nanosecond value 1559729471739876149, which is not an
-    epoch-millisecond instant, so no capture_ts is made up from it.
+    The last ``ts_ms`` is the nanosecond value 1559729471739876149, which is no epoch-millisecond
+    instant (year > 9999), so the record is rejected as an envelope error instead of a capture
+    time being made up from it; with the millisecond value restored it translates.
     """
     text = doc_text("v3dev", "create_event_value_with_schema")
-    rec = one_change([doc_record(text, key=doc_text("v3dev", "change_event_key").encode(),
-                                 version="v3dev")])
+    key = doc_text("v3dev", "change_event_key").encode()
+    [dead] = [o for o in Translator().translate([doc_record(text, key=key, version="v3dev")])
+              if isinstance(o, DeadLetter)]
+    assert dead.stage == "envelope" and "ts_ms" in dead.message
+    repaired = text.replace("1559729471739876149", "1559729471739")  # the ms value
+    rec = one_change([doc_record(repaired, key=key, version="v3dev")])
     assert rec["op"] == "insert"
     assert rec["key"] == {"id": 1004}  # the doc's own key sample
     assert rec["after"] == DOC_ROW_1005
@@ -487,7 +492,7 @@ def test_doc_v3dev_create_as_printed_translates() -> None:
     assert rec["snapshot"] == "false"
     assert rec["source"]["version"] == "{debezium-version}"  # placeholder passes through
     assert rec["commit_ts"] == "2019-06-05T10:11:08.470Z"
-    assert rec["capture_ts"] is None
+    assert rec["capture_ts"] == "2019-06-05T10:11:11.739Z"
 
 
 @pytest.mark.parametrize("version", VERSIONS)

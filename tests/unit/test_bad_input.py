@@ -234,21 +234,6 @@ DEEP = b'{"a":' * 100_000
 DEEP_WELL_FORMED = schemaless(envelope(after={"id": 1, "x": "NEST"})).replace(
     b'"NEST"', b"[" * 50_000 + b"]" * 50_000)
 
-BUG_NOT_AN_OBJECT = pytest.mark.xfail(strict=True, reason=(
-    "BUG: a JSON array/string value is reported as 'neither JSON nor Confluent Avro' "
-    "(decode/__init__.py _JSON_START only admits '{' and whitespace)"))
-BUG_UTF8 = pytest.mark.xfail(strict=True, reason=(
-    "BUG: invalid UTF-8 inside a JSON string raises UnicodeDecodeError, which the decoder "
-    "does not catch (it catches msgspec.DecodeError only); it becomes an 'unexpected' dead "
-    "letter with class UnicodeDecodeError instead of a DecodeError"))
-BUG_DEPTH = pytest.mark.xfail(strict=True, reason=(
-    "BUG: deeply nested JSON raises RecursionError from msgspec, which the decoder does not "
-    "catch; it becomes an 'unexpected' dead letter with class RecursionError"))
-BUG_INT64 = pytest.mark.xfail(strict=True, reason=(
-    "BUG: INT64 fields are not range-checked (decode/envelope.py build_event/_int_or_none): "
-    "a ts_ms beyond INT64 silently yields commit_ts/capture_ts null, and an event_serial_no "
-    "beyond INT64 or negative breaks the fixed-width seq (model.seq_of)"))
-
 BAD: list[Bad] = [
     # -- bytes that are not a usable JSON/Avro value
     Bad("truncated-json", GOOD[:57], "decode", "DecodeError", r"invalid JSON.*truncated"),
@@ -258,21 +243,20 @@ BAD: list[Bad] = [
         r"JSON.*0x89"),
     Bad("empty-value", b"", "decode", "DecodeError", r"empty"),
     Bad("json-array", b'[{"op":"c"}]', "decode|envelope", r"DecodeError|EnvelopeError",
-        r"not an object|array|list", marks=(BUG_NOT_AN_OBJECT,)),
+        r"not an object|array|list"),
     Bad("json-array-after-whitespace", b' [{"op":"c"}]', "decode|envelope",
         r"DecodeError|EnvelopeError", r"not an object|array|list"),
     Bad("json-string", b'"op=c"', "decode|envelope", r"DecodeError|EnvelopeError",
-        r"not an object|string|str", marks=(BUG_NOT_AN_OBJECT,)),
+        r"not an object|string|str"),
     Bad("deep-garbage-brackets", b"[" * 100_000, "decode", "DecodeError", r"JSON"),
-    Bad("deep-garbage-objects", DEEP, "decode", "DecodeError", r"depth|deep|nest",
-        marks=(BUG_DEPTH,)),
+    Bad("deep-garbage-objects", DEEP, "decode", "DecodeError", r"depth|deep|nest"),
     Bad("deep-well-formed-column", DEEP_WELL_FORMED, "decode", "DecodeError",
-        r"depth|deep|nest", marks=(BUG_DEPTH,)),
+        r"depth|deep|nest"),
     Bad("invalid-utf8-in-string", GOOD.replace(b'"server1"', b'"ser\xff\xfever1"'), "decode",
-        "DecodeError", r"utf-?8", marks=(BUG_UTF8,)),
+        "DecodeError", r"utf-?8"),
     Bad("invalid-utf8-in-schemaful-payload",
         GOOD_SCHEMAFUL.replace(b'"server1"', b'"ser\xc3\x28ver1"'), "decode", "DecodeError",
-        r"utf-?8", marks=(BUG_UTF8,)),
+        r"utf-?8"),
     # -- JSON, but not a Debezium envelope
     Bad("object-of-wrong-shape", schemaless({"id": 1, "name": "x"}), "envelope",
         "EnvelopeError", r"not a Debezium envelope"),
@@ -319,13 +303,13 @@ BAD: list[Bad] = [
         "envelope", "EnvelopeError", r"event_serial_no.*abc"),
     Bad("event-serial-no-beyond-int64",
         schemaless(envelope(source=source(event_serial_no=10**40))), "envelope",
-        "EnvelopeError", r"event_serial_no", marks=(BUG_INT64,)),
+        "EnvelopeError", r"event_serial_no"),
     Bad("event-serial-no-negative", schemaless(envelope(source=source(event_serial_no=-3))),
-        "envelope", "EnvelopeError", r"event_serial_no", marks=(BUG_INT64,)),
+        "envelope", "EnvelopeError", r"event_serial_no"),
     Bad("huge-integer-source-ts-ms", schemaless(envelope(source=source(ts_ms=10**40))),
-        "envelope", "EnvelopeError", r"ts_ms", marks=(BUG_INT64,)),
+        "envelope", "EnvelopeError", r"ts_ms"),
     Bad("huge-integer-envelope-ts-ms", schemaless(envelope(ts_ms=-(10**40))), "envelope",
-        "EnvelopeError", r"ts_ms", marks=(BUG_INT64,)),
+        "EnvelopeError", r"ts_ms"),
     # -- schema-ful values whose logical values do not fit their type
     Bad("decimal-bad-base64", schemaful(envelope(after={"id": 1, "amount": "!!not base64"})),
         "convert", "ValueConversionError", r"'amount'.*base64"),
@@ -366,7 +350,7 @@ BAD: list[Bad] = [
     Bad("key-schema-not-a-struct", GOOD, "decode-key", "KeyDecodeError", r"key.*struct",
         key=schemaless({"schema": {"type": "int32"}, "payload": 5})),
     Bad("key-invalid-utf8", GOOD, "decode-key", "KeyDecodeError", r"utf-?8",
-        key=b'{"id":"\xff"}', marks=(BUG_UTF8,)),
+        key=b'{"id":"\xff"}'),
     Bad("avro-key-unknown-schema-id", GOOD, "decode-key", "KeyDecodeError", r"schema id 77",
         key=b"\x00" + struct.pack(">I", 77) + b"\x02"),
     # -- CloudEvents
@@ -478,11 +462,6 @@ def test_several_bad_records_in_one_stream_keep_order_and_balance() -> None:
     assert translator.counters.balanced, translator.counters.summary()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: dlq.py DeadLetter.context_headers always writes "
-    "'debezium_bridge.errors.<class>' as __connect.errors.exception.class.name, so an "
-    "unexpected exception (RuntimeError, UnicodeDecodeError...) is reported under a class "
-    "that does not exist"))
 def test_unexpected_decoder_exception_names_its_real_class() -> None:
     class ExplodingDecoder(Decoder):
         def decode(self, record: RawRecord) -> Any:
