@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -88,23 +89,35 @@ class FileSchemaResolver:
         return self._by_subject.get(subject)
 
 
+FAILURE_RETRY_SECONDS = 30.0
+"""A failed schema lookup is not retried for this long (each record would otherwise ask)."""
+
+
 class RegistrySchemaResolver:
     """Schemas from a Confluent Schema Registry through confluent-kafka's client."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        self._client = SchemaRegistryClient(dict(conf))
+        try:
+            self._client = SchemaRegistryClient(dict(conf))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"schema registry settings: {exc}") from exc
         self._cache: dict[int, Mapping[str, Any]] = {}
+        self._failures: dict[int, tuple[float, str]] = {}
 
     def by_id(self, schema_id: int) -> Mapping[str, Any]:
         cached = self._cache.get(schema_id)
         if cached is None:
+            failure = self._failures.get(schema_id)
+            if failure is not None and time.monotonic() < failure[0]:
+                raise SchemaError(failure[1])
             try:
                 cached = json.loads(self._client.get_schema(schema_id).schema_str or "null")
             except Exception as exc:
-                raise SchemaError(f"schema registry: cannot fetch schema id {schema_id}: {exc}"
-                                  ) from exc
+                message = f"schema registry: cannot fetch schema id {schema_id}: {exc}"
+                self._failures[schema_id] = (time.monotonic() + FAILURE_RETRY_SECONDS, message)
+                raise SchemaError(message) from exc
             self._cache[schema_id] = cached
         return cached
 
