@@ -267,7 +267,7 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
         def emit() -> None:
             changes, dead = translator.drain()
             if changes:
-                out.writelines(encode_lines(changes, view))
+                out.write(encode_lines(changes, view))
             for letter in dead:
                 stderr.write(f"debezium-bridge: rejected {letter.describe()}\n")
                 if dlq is not None:

@@ -73,15 +73,9 @@ def flat_rows(record: ChangeRecord) -> Iterator[dict[str, Any]]:
         yield {**record.key, **(record.after or {}), "__op": record.op, "__deleted": False, **meta}
 
 
-def encode_lines(records: list[ChangeRecord], view: View) -> Iterator[bytes]:
-    """JSON lines (each with its newline) of ``records`` in the chosen view."""
-    # ``encode_lines((item,))`` writes the newline into the same buffer (no concatenation copy)
-    line = _encoder.encode_lines
+def encode_lines(records: list[ChangeRecord], view: View) -> bytes:
+    """JSON lines (each ending in a newline) of ``records`` in the chosen view, in one buffer."""
     if view is View.CANONICAL:
-        for record in records:
-            yield line((record,))
-        return
+        return _encoder.encode_lines(records)
     rows = exploded_rows if view is View.EXPLODED else flat_rows
-    for record in records:
-        for row in rows(record):
-            yield line((row,))
+    return _encoder.encode_lines([row for record in records for row in rows(record)])
