@@ -298,17 +298,16 @@ class RowDecoder:
 class SchemalessRowDecoder:
     """Rows without a schema: values pass through; only the LOB placeholder is recognised."""
 
-    __slots__ = ("_markers", "marker", "marker_b64")
+    __slots__ = ("_markers",)
 
     def __init__(self, *, placeholder: str = DEFAULT_PLACEHOLDER) -> None:
         self._markers = (placeholder, base64.b64encode(placeholder.encode()).decode("ascii"))
-        self.marker, self.marker_b64 = self._markers
 
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-        values = row.values()
-        if self.marker not in values and self.marker_b64 not in values:
-            return row, ()
         markers = self._markers
+        values = row.values()
+        if markers[0] not in values and markers[1] not in values:
+            return row, ()
         unavailable = tuple(k for k, v in row.items() if v.__class__ is str and v in markers)
         for name in unavailable:
             row[name] = None

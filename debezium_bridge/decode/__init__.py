@@ -172,7 +172,7 @@ class Decoder:
                     key = key["payload"]
                 else:
                     rows = self._schemaless
-                    if isinstance(key, dict):
+                    if key.__class__ is dict and dict in map(type, key.values()):
                         key = {k: unwrap_avro_value(v) for k, v in key.items()}
         except RecordError as exc:
             raise KeyDecodeError(f"key: {exc.message}", record) from exc
@@ -215,16 +215,6 @@ class Decoder:
                 (rows, columns), payload = self._value_schemas.split(
                     record.topic, value, self._compile_envelope_schema)
                 return self._from_payload(record, payload, rows, columns)
-            if first == 0x7B:  # '{': try the plain envelope first (same as _from_json)
-                try:
-                    env = _envelope_decoder.decode(value)
-                except msgspec.ValidationError:
-                    pass
-                except msgspec.DecodeError as exc:
-                    raise DecodeError(f"invalid JSON: {exc}") from exc
-                else:
-                    if env.op is not None:
-                        return self._event(record, env, None, None)
             return self._from_json(record, value)
         except RecordError as exc:
             if exc.record is None:
@@ -346,24 +336,7 @@ class Decoder:
                 rows, columns = self._schemaless_rows(record, env)
             else:
                 rows = self._schemaless
-        raw = record.key
-        key: dict[str, Any] | None
-        if raw is not None and raw[:1] == b"{" and raw[:10] != b'{"schema":':
-            # fast path for a schema-less JSON key (same result as decode_key)
-            try:
-                key = _any_decoder.decode(raw)
-            except (msgspec.DecodeError, *_BAD_TEXT) as exc:
-                raise KeyDecodeError(f"key is not valid JSON: {exc}", record) from exc
-            if key.__class__ is dict and dict not in map(type, key.values()) \
-                    and not ("payload" in key and "schema" in key):  # type: ignore[operator]
-                plain = self._schemaless
-                values = key.values()  # type: ignore[union-attr]
-                if plain.marker in values or plain.marker_b64 in values:
-                    key = plain.decode(key)[0]  # type: ignore[arg-type]
-            else:
-                key = self.decode_key(record, raw)
-        else:
-            key = self.decode_key(record, raw)
+        key = self.decode_key(record, record.key)
         partner = None
         if record.headers:
             partner = self._header_key(record, NEWKEY_HEADER if env.op == "d" else OLDKEY_HEADER)
