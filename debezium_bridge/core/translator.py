@@ -375,6 +375,15 @@ class Translator:
             self._release_group(heapq.heappop(self._group_heap))
 
     # -- pairing and output -------------------------------------------------------------------
+    def emit(self, events: list[ChangeEvent]) -> None:
+        """Pair and emit one position group whose release a runner decided itself (the Spark
+        runner keeps waiting events in Spark state); results come out through :meth:`drain`."""
+        if len(events) == 1:
+            self.counters.changes_out += 1
+            self._changes.append(self._single(events[0]))
+        else:
+            self._emit_group(events)
+
     def _emit_group(self, events: list[ChangeEvent]) -> None:
         outputs: list[tuple[tuple[int, int, bytes], ChangeRecord]] = []
         if self.config.pair_key_changes and len(events) > 1:
