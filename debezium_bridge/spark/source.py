@@ -1,0 +1,383 @@
+"""Spark's Kafka source, twice: the built-in ``kafka`` format when its connector is on the
+classpath, else this package's Python data source over confluent-kafka (``debezium_bridge_kafka``).
+
+Both give exactly the built-in columns (``key, value, topic, partition, offset, timestamp,
+timestampType, headers``) and take the same options (``subscribe``, ``subscribePattern``,
+``startingOffsets`` / ``endingOffsets`` incl. per-partition JSON with -2 = earliest and
+-1 = latest, ``maxOffsetsPerTrigger``, ``kafka.*`` passed to the client), so everything after
+``load()`` is one code path. Offsets are Spark's own JSON, ``{"topic": {"0": next_offset}}``, and
+Spark checkpoints them; the Python source supports ``Trigger.AvailableNow``.
+
+Brokers whose reported end offset lags (Tansu reports the base offset of the last record batch
++ 1) are handled by ``endOffsetProbe`` (default ``true``): the source fetches the last batch from
+the reported end - 1 and takes the offset after its last record as the true end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, \
+    InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, \
+    SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from debezium_bridge.errors import ConfigError
+
+SOURCE_NAME = "debezium_bridge_kafka"
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key: string, value: binary>>"
+)
+EARLIEST, LATEST = -2, -1
+Offsets = dict[str, dict[str, int]]
+
+_POLL_SECONDS = 1.0
+_FETCH_BATCH = 5000
+
+
+def client_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options, without the prefix, as librdkafka settings."""
+    return {k[6:]: v for k, v in options.items() if k.startswith("kafka.")}
+
+
+def _json_offsets(text: str, what: str) -> Offsets:
+    try:
+        data = json.loads(text)
+        return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ConfigError(f"{what}: expected 'earliest', 'latest' or JSON like "
+                          f'{{"topic":{{"0":23,"1":-2}}}}, got {text!r}') from exc
+
+
+class _Topology:
+    """Topic/partition discovery and offset lookups on the driver (one long-lived consumer)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        from confluent_kafka import Consumer
+
+        self.options = options
+        settings = {"group.id": "debezium-bridge-offsets", "enable.auto.commit": "false",
+                    "enable.partition.eof": "false"} | client_settings(options)
+        self.probe = options.get("endoffsetprobe", "true").lower() == "true"
+        self.timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
+        self.consumer = Consumer(settings)
+        subscribe = options.get("subscribe")
+        pattern = options.get("subscribepattern")
+        if bool(subscribe) == bool(pattern):
+            raise ConfigError("set exactly one of 'subscribe' and 'subscribePattern'")
+        self.topics = [t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else []
+        self.pattern = re.compile(pattern) if pattern else None
+
+    def partitions(self) -> list[tuple[str, int]]:
+        metadata = self.consumer.list_topics(timeout=self.timeout)
+        names = self.topics or sorted(t for t in metadata.topics
+                                      if self.pattern is not None and self.pattern.fullmatch(t))
+        out = []
+        for name in names:
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None:
+                continue  # not created yet; picked up by a later trigger
+            out.extend((name, p) for p in sorted(topic.partitions))
+        return out
+
+    def ends(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import TopicPartition
+
+        reported = {}
+        for topic, part in partitions:
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, part),
+                                                          timeout=self.timeout, cached=False)
+            reported[(topic, part)] = high
+        if self.probe:
+            return self._probe(reported)
+        return reported
+
+    def beginnings(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import TopicPartition
+
+        out = {}
+        for topic, part in partitions:
+            low, _ = self.consumer.get_watermark_offsets(TopicPartition(topic, part),
+                                                         timeout=self.timeout, cached=False)
+            out[(topic, part)] = low
+        return out
+
+    def _probe(self, reported: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Fetch from ``reported - 1`` and keep reading until the partition goes quiet."""
+        from confluent_kafka import TopicPartition
+
+        todo = {tp: high for tp, high in reported.items() if high > 0}
+        if not todo:
+            return reported
+        ends = dict(reported)
+        self.consumer.assign([TopicPartition(t, p, high - 1) for (t, p), high in todo.items()])
+        waiting = set(todo)
+        deadline = time.monotonic() + self.timeout
+        quiet_since = None
+        while time.monotonic() < deadline:
+            messages = self.consumer.consume(_FETCH_BATCH, timeout=0.05)
+            for m in messages:
+                if m.error() is None:
+                    tp = (m.topic(), m.partition())
+                    ends[tp] = max(ends[tp], m.offset() + 1)
+                    waiting.discard(tp)
+            if messages:
+                quiet_since = None
+            elif not waiting:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 0.1:
+                    break
+        self.consumer.unassign()
+        return ends
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaPartition(InputPartition):
+    """One Kafka partition's offset range [start, end) for one micro-batch."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``split`` in the built-in source's column order (runs on executors)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {"group.id": "debezium-bridge-reader", "enable.auto.commit": "false",
+                "enable.partition.eof": "false"} | client_settings(options)
+    consumer = Consumer(settings)
+    timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
+    try:
+        consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
+        position = split.start
+        idle_since = time.monotonic()
+        while position < split.end:
+            messages = consumer.consume(min(_FETCH_BATCH, split.end - position), _POLL_SECONDS)
+            if not messages and time.monotonic() - idle_since > timeout:
+                raise TimeoutError(f"{split.topic}[{split.partition}]: no records at offset "
+                                   f"{position} (expected up to {split.end}) within {timeout}s")
+            for m in messages:
+                error = m.error()
+                if error is not None:
+                    if error.fatal():
+                        raise RuntimeError(f"{split.topic}[{split.partition}]: {error}")
+                    continue
+                offset = m.offset()
+                if offset < position:
+                    continue
+                if offset >= split.end:
+                    position = split.end
+                    break
+                idle_since = time.monotonic()
+                ts_type, ts = m.timestamp()
+                headers = m.headers()
+                yield (m.key(), m.value(), split.topic, split.partition, offset,
+                       datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None,
+                       1 if ts_type == 2 else 0,
+                       [(k, v) for k, v in headers] if headers else [])
+                position = offset + 1
+    finally:
+        consumer.close()
+
+
+def _resolve(spec: str | None, default: str, partitions: list[tuple[str, int]],
+             topology: _Topology, what: str) -> dict[tuple[str, int], int]:
+    text = (spec or default).strip()
+    if text == "earliest":
+        return topology.beginnings(partitions)
+    if text == "latest":
+        return topology.ends(partitions)
+    wanted = _from_offsets(_json_offsets(text, what))
+    missing = sorted(set(partitions) - set(wanted))
+    if missing:
+        raise ConfigError(f"{what} names specific offsets, so it must name every partition; "
+                          f"missing {', '.join(f'{t}[{p}]' for t, p in missing)}")
+    earliest = topology.beginnings(partitions)
+    latest = topology.ends(partitions) if LATEST in wanted.values() else {}
+    return {tp: earliest[tp] if wanted[tp] == EARLIEST else latest[tp]
+            if wanted[tp] == LATEST else wanted[tp] for tp in partitions}
+
+
+def _as_offsets(positions: Mapping[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, part), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(part)] = offset
+    return out
+
+
+def _from_offsets(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): o for t, parts in offsets.items() for p, o in parts.items()}
+
+
+def _limit(start: Mapping[tuple[str, int], int], end: dict[tuple[str, int], int],
+           max_rows: int) -> dict[tuple[str, int], int]:
+    """Cap a trigger at ``max_rows`` records, shared in proportion to each partition's lag."""
+    lags = {tp: end[tp] - start.get(tp, end[tp]) for tp in end}
+    total = sum(lags.values())
+    if total <= max_rows:
+        return end
+    capped = {}
+    for tp, lag in lags.items():
+        share = lag * max_rows // total
+        capped[tp] = start.get(tp, end[tp]) + max(share, 1 if lag else 0)
+    return capped
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch planning on the driver; :func:`read_partition` on executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+        max_rows = self.options.get("maxoffsetspertrigger")
+        self.max_rows = int(max_rows) if max_rows else None
+        self._topology: _Topology | None = None
+        self._target: dict[tuple[str, int], int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "max_rows": self.max_rows, "_topology": None,
+                "_target": None}
+
+    @property
+    def topology(self) -> _Topology:
+        if self._topology is None:
+            self._topology = _Topology(self.options)
+        return self._topology
+
+    def initialOffset(self) -> Offsets:
+        partitions = self.topology.partitions()
+        return _as_offsets(_resolve(self.options.get("startingoffsets"), "latest", partitions,
+                                    self.topology, "startingOffsets"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()
+
+    def _available(self) -> dict[tuple[str, int], int]:
+        topology = self.topology
+        return topology.ends(topology.partitions())
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        begin = _from_offsets(start)
+        end = dict(self._target) if self._target is not None else self._available()
+        fresh = [tp for tp in end if tp not in begin]
+        if fresh:  # partitions that appeared after the query started are read from the start
+            begin |= self.topology.beginnings(fresh)
+        for tp, offset in begin.items():
+            end[tp] = max(offset, end.get(tp, offset))
+        if isinstance(limit, ReadMaxRows):
+            end = _limit(begin, end, limit.max_rows)
+        return _as_offsets(end)
+
+    def reportLatestOffset(self) -> Offsets | None:
+        return None
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        begin = _from_offsets(start)
+        stop = _from_offsets(end)
+        return [KafkaPartition(t, p, begin.get((t, p), 0), o)
+                for (t, p), o in sorted(stop.items()) if o > begin.get((t, p), 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, KafkaPartition)
+        return read_partition(self.options, partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Offsets live in Spark's checkpoint; nothing to commit to Kafka."""
+
+    def stop(self) -> None:
+        if self._topology is not None:
+            self._topology.close()
+            self._topology = None
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read`` between ``startingOffsets`` (default earliest) and ``endingOffsets``
+    (default latest)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+        topology = _Topology(self.options)
+        try:
+            partitions = topology.partitions()
+            begin = _resolve(self.options.get("startingoffsets"), "earliest", partitions,
+                             topology, "startingOffsets")
+            end = _resolve(self.options.get("endingoffsets"), "latest", partitions, topology,
+                           "endingOffsets")
+        finally:
+            topology.close()
+        self.splits = [KafkaPartition(t, p, begin[(t, p)], end[(t, p)])
+                       for t, p in partitions if end[(t, p)] > begin[(t, p)]]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.splits
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, KafkaPartition)
+        return read_partition(self.options, partition)
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("debezium_bridge_kafka")``: the Kafka source in Python."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self.options)
+
+
+def builtin_kafka_available(spark: Any) -> bool:
+    """Whether Spark's own Kafka connector (spark-sql-kafka) is on the classpath."""
+    try:
+        spark._jvm.java.lang.Class.forName(  # noqa: SLF001
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+        return True
+    except Exception:
+        return False
+
+
+def kafka_reader(spark: Any, options: Mapping[str, str], *, provider: str = "auto",
+                 streaming: bool = True) -> Any:
+    """A ``DataStreamReader``/``DataFrameReader`` for Kafka with ``options`` applied.
+
+    ``provider``: ``kafka`` (built-in, needs spark-sql-kafka), ``python`` (this package's
+    source) or ``auto`` (built-in when available).
+    """
+    if provider not in ("auto", "kafka", "python"):
+        raise ConfigError(f"source provider must be auto, kafka or python, not {provider!r}")
+    builtin = provider == "kafka" or (provider == "auto" and builtin_kafka_available(spark))
+    if not builtin:
+        spark.dataSource.register(KafkaDataSource)
+    reader = spark.readStream if streaming else spark.read
+    reader = reader.format("kafka" if builtin else SOURCE_NAME)
+    if builtin:
+        reader = reader.option("includeHeaders", "true")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader
+
+
+def kafka_rows(records: Iterator[Any] | Sequence[Any]) -> list[tuple[Any, ...]]:
+    """:class:`~debezium_bridge.records.RawRecord`-like records as rows of the Kafka schema (for
+    ``spark.createDataFrame(rows, KAFKA_SCHEMA)``)."""
+    return [(r.key, r.value, r.topic, r.partition, r.offset,
+             datetime.fromtimestamp(r.timestamp / 1000, UTC) if r.timestamp is not None else None,
+             0, [(k, v) for k, v in r.headers]) for r in records]

@@ -1,0 +1,367 @@
+"""``translate(df, config)``: the core's decode → dedupe/pair → encode as Spark operations.
+
+The input is any DataFrame with the Kafka source schema (``key, value, topic, partition, offset,
+timestamp, timestampType, headers``), streaming or batch. Two steps:
+
+1. **Decode** (``mapInArrow``, per Spark partition, no shuffle): every Kafka row becomes a
+   decoded event (carried as bytes), a dead letter, or is counted (tombstones, side records).
+   Each event is assigned a bucket by hashing its position group; each Arrow batch also yields
+   one *clock* row carrying the highest commit time it saw (heartbeats count too).
+2. **Release** (``applyInPandasWithState`` keyed by bucket, streaming; ``applyInPandas``, batch):
+   :class:`~debezium_bridge.core.windowed.WindowState` drops replays, pairs key-change halves
+   across partitions and micro-batches, and releases what waits once Spark's event-time
+   watermark (highest commit time − ``watermark_delay``) passes it. Only clock rows carry the
+   watermark column, so Spark never drops a late *event*: the core sees it, emits it unpaired
+   and counts it ``late``. State is bounded by the watermark; its size is in the query progress
+   (``stateOperators``) and the counters in ``observedMetrics["debezium_bridge"]``.
+
+The result has one row per output record, Kafka-ready, for changes and dead letters alike:
+``kind`` (``change`` | ``dead_letter``), ``event_id``, ``table``, ``op``, ``seq``, ``commit_ts``,
+``topic`` (the target topic), ``key``, ``value``, ``headers``, and the source coordinates
+``source_topic``, ``source_partition``, ``source_offset``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import msgspec
+
+from debezium_bridge.core.translator import TranslatorConfig
+from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
+from debezium_bridge.decode import DecodeOptions, Decoder, load_table_schemas
+from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
+from debezium_bridge.dlq import DeadLetter
+from debezium_bridge.encode.canonical import exploded_rows, flat_rows
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.logical import DEFAULT_PLACEHOLDER, BinaryHandlingMode
+from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord
+from debezium_bridge.records import RawRecord
+
+OUTPUT_COLUMNS = (
+    ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"), ("op", "string"),
+    ("seq", "string"), ("commit_ts", "string"), ("topic", "string"), ("key", "binary"),
+    ("value", "binary"), ("headers", "array<struct<key: string, value: binary>>"),
+    ("source_topic", "string"), ("source_partition", "int"), ("source_offset", "long"),
+)
+OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
+DECODE_COUNTERS = ("records_in", "tombstones", "side_records", "skipped", "dead_letters")
+RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "late", "pending")
+_STAGE_SCHEMA = ("bucket int, commit_ms long, clock timestamp, payload binary, "
+                 + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
+_RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
+_RELEASE_COLUMNS = [name for name, _ in OUTPUT_COLUMNS] + [f"n_{n}" for n in RELEASE_COUNTERS]
+DEAD_BUCKET, CLOCK_BUCKET = -1, -2
+METRICS_NAME = "debezium_bridge"
+
+
+OutputFormat = Literal["canonical", "exploded", "flat"]
+
+
+class TranslateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What :func:`translate` produces and how it decodes (file keys = these names)."""
+
+    outputs: tuple[OutputFormat, ...] = ("canonical",)
+    """Encodings to emit for every change (each row says which in ``format``)."""
+    watermark_delay: str = "1 minute"
+    """How far (in commit time) halves and replays may trail the newest event (Spark interval)."""
+    buckets: int = 64
+    """State buckets (fixed for the life of a checkpoint)."""
+    pair_key_changes: bool = True
+    output_topic: str = "{topic}.{output}"
+    """Target topic; ``{topic}`` = source topic, ``{table}`` = db.schema.table, ``{output}``."""
+    dlq_topic: str = "debezium-bridge.dlq"
+    schema_registry: str | None = None
+    registry: dict[str, str] = msgspec.field(default_factory=dict)
+    avro_schemas: str | None = None
+    table_schemas: str | None = None
+    binary_handling_mode: BinaryHandlingMode = "bytes"
+    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
+
+    def __post_init__(self) -> None:
+        if not self.outputs or len(set(self.outputs)) != len(self.outputs):
+            raise ConfigError("outputs must name each output format once")
+        if not 1 <= self.buckets <= 100_000:
+            raise ConfigError("buckets must be between 1 and 100000")
+        if self.registry and not self.schema_registry:
+            raise ConfigError("registry settings given without schema_registry")
+
+
+class _DecoderSpec(msgspec.Struct, frozen=True):
+    """Everything a worker needs to build its decoder (files are read on the driver)."""
+
+    options: DecodeOptions
+    avro_schemas: dict[str, Any] | None
+    registry: dict[str, str] | None
+    token: str
+
+
+def _decoder_spec(config: TranslateConfig) -> _DecoderSpec:
+    avro = None
+    if config.avro_schemas:
+        avro = msgspec.json.decode(open(config.avro_schemas, "rb").read())  # noqa: SIM115
+    registry = {**config.registry, "url": config.schema_registry} if config.schema_registry \
+        else None
+    options = DecodeOptions(
+        unavailable_value_placeholder=config.unavailable_value_placeholder,
+        binary_handling_mode=config.binary_handling_mode,
+        table_schemas=load_table_schemas(config.table_schemas) if config.table_schemas else {})
+    token = hashlib.sha256(msgspec.msgpack.encode([options, avro, registry])).hexdigest()
+    return _DecoderSpec(options, avro, registry, token)
+
+
+_decoders: dict[str, Decoder] = {}
+
+
+def _decoder(spec: _DecoderSpec) -> Decoder:
+    """One decoder per worker process and configuration (schema caches persist across tasks)."""
+    decoder = _decoders.get(spec.token)
+    if decoder is None:
+        if spec.registry is not None:
+            resolver: Any = RegistrySchemaResolver(spec.registry)
+        elif spec.avro_schemas is not None:
+            resolver = FileSchemaResolver(spec.avro_schemas)
+        else:
+            resolver = None
+        decoder = _decoders[spec.token] = Decoder(spec.options, AvroDecoder(resolver))
+    return decoder
+
+
+def bucket_of(event: ChangeEvent, buckets: int) -> int:
+    """Stable across processes (Python's ``hash`` of str is salted per process)."""
+    return zlib.crc32(msgspec.msgpack.encode(group_key(event))) % buckets
+
+
+def _heartbeat_ms(record: RawRecord) -> int | None:
+    try:
+        doc = msgspec.json.decode(record.value or b"null")
+        if isinstance(doc, dict) and isinstance(doc.get("payload"), dict):
+            doc = doc["payload"]
+        ts = doc.get("ts_ms") if isinstance(doc, dict) else None
+        return ts if isinstance(ts, int) else None
+    except msgspec.DecodeError:
+        return None
+
+
+def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    topics = batch.column("topic").to_pylist()
+    partitions = batch.column("partition").to_pylist()
+    offsets = batch.column("offset").to_pylist()
+    stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    headers = batch.column("headers").to_pylist()
+    bucket: list[int] = []
+    commit_ms: list[int | None] = []
+    payload: list[bytes] = []
+    tombstones = side = skipped = dead = 0
+    clock: int | None = None
+    for i in range(len(values)):
+        h = headers[i]
+        record = RawRecord(topics[i], partitions[i], offsets[i], stamps[i], keys[i], values[i],
+                           tuple((x["key"], x["value"]) for x in h) if h else ())
+        try:
+            decoded = decoder.decode(record)
+        except Exception as exc:  # every failure is data on the dead-letter output
+            dead += 1
+            bucket.append(DEAD_BUCKET)
+            commit_ms.append(None)
+            payload.append(msgspec.msgpack.encode(DeadLetter.of(exc, record)))
+            continue
+        if decoded.__class__ is SideRecord:
+            kind = decoded.kind  # type: ignore[union-attr]
+            if kind is SideKind.TOMBSTONE:
+                tombstones += 1
+            elif kind is SideKind.MESSAGE:
+                skipped += 1
+            else:
+                side += 1
+                if kind is SideKind.HEARTBEAT:
+                    beat = _heartbeat_ms(record)
+                    if beat is not None and (clock is None or beat > clock):
+                        clock = beat
+            continue
+        event: ChangeEvent = decoded  # type: ignore[assignment]
+        ms = event.source_ts_ms if event.source_ts_ms is not None else stamps[i] or 0
+        if clock is None or ms > clock:
+            clock = ms
+        bucket.append(bucket_of(event, buckets))
+        commit_ms.append(ms)
+        payload.append(event_bytes(event))
+    n = len(bucket)
+    zeros = [0] * n
+    counts = (len(values), tombstones, side, skipped, dead)
+    columns = {
+        "bucket": bucket + [CLOCK_BUCKET],
+        "commit_ms": commit_ms + [None],
+        "clock": pa.array([None] * n + [clock * 1000 if clock is not None else None],
+                          pa.timestamp("us", tz="UTC")),
+        "payload": payload + [None],
+    } | {f"n_{name}": zeros + [count] for name, count in zip(DECODE_COUNTERS, counts,
+                                                              strict=True)}
+    return pa.RecordBatch.from_pydict(columns, schema=_arrow_stage_schema())
+
+
+def _arrow_stage_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("bucket", pa.int32()), ("commit_ms", pa.int64()),
+                      ("clock", pa.timestamp("us", tz="UTC")), ("payload", pa.binary())]
+                     + [(f"n_{name}", pa.int64()) for name in DECODE_COUNTERS])
+
+
+class _Encoder:
+    """Output rows (tuples in :data:`OUTPUT_SCHEMA` order) for changes and dead letters."""
+
+    def __init__(self, config: TranslateConfig) -> None:
+        self.config = config
+        self.json = msgspec.json.Encoder()
+
+    def _topic(self, record: ChangeRecord, output: str) -> str:
+        source = record.lineage[0].topic if record.lineage else ""
+        return self.config.output_topic.format(topic=source, table=record.table_id,
+                                               output=output)
+
+    def change_rows(self, record: ChangeRecord) -> list[tuple[Any, ...]]:
+        lineage = record.lineage[-1]
+        tail = (lineage.topic, lineage.partition, lineage.offset)
+        out = []
+        for output in self.config.outputs:
+            topic = self._topic(record, output)
+            if output == "canonical":
+                items = [(record.event_id, record.key, record)]
+            else:
+                rows = exploded_rows(record) if output == "exploded" else flat_rows(record)
+                items = [(f"{record.event_id}:{index}",
+                          {k: row[k] for k in record.key if k in row} if output == "flat"
+                          else record.key, row) for index, row in enumerate(rows)]
+            for row_id, key, value in items:
+                headers = [{"key": "debezium_bridge.event_id", "value": row_id.encode()}]
+                out.append(("change", output, row_id, record.table_id, record.op, record.seq,
+                            record.commit_ts, topic, self.json.encode(key),
+                            self.json.encode(value), headers) + tail)
+        return out
+
+    def dead_row(self, dead: DeadLetter) -> tuple[Any, ...]:
+        out = dead.to_record(self.config.dlq_topic)
+        r = dead.record
+        event_id = hashlib.blake2b(f"{r.topic}\x00{r.partition}\x00{r.offset}".encode(),
+                                   digest_size=16).hexdigest()
+        return ("dead_letter", "dead_letter", event_id, None, None, None, None, out.topic, out.key, out.value,
+                [{"key": k, "value": v} for k, v in out.headers], r.topic, r.partition, r.offset)
+
+
+_dead_decoder = msgspec.msgpack.Decoder(DeadLetter)
+
+
+def _frame(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> Any:
+    import pandas as pd
+
+    width = len(_RELEASE_COLUMNS) - len(counts)
+    data = [row + (0,) * len(counts) for row in rows]
+    data.append(("stats",) + (None,) * (width - 1) + counts)
+    return pd.DataFrame(data, columns=_RELEASE_COLUMNS)
+
+
+def _release(window: WindowState, encoder: _Encoder) -> Any:
+    rows = [row for record in window.drain() for row in encoder.change_rows(record)]
+    c = window.counters
+    return _frame(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending))
+
+
+def _events(frames: Iterator[Any]) -> list[tuple[ChangeEvent, int]]:
+    return [(event_from_bytes(p), int(ms)) for frame in frames
+            for p, ms in zip(frame["payload"], frame["commit_ms"], strict=True)]
+
+
+def _dead_rows(frames: Iterator[Any], encoder: _Encoder) -> Any:
+    rows = [encoder.dead_row(_dead_decoder.decode(p)) for frame in frames for p in frame["payload"]]
+    return _frame(rows, (0, 0, 0, 0, 0))
+
+
+def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
+    core = TranslatorConfig(pair_key_changes=config.pair_key_changes)
+
+    def release(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        encoder = _Encoder(config)
+        bucket = int(key[0])
+        if bucket == CLOCK_BUCKET:
+            for _ in frames:
+                pass
+            return
+        if bucket == DEAD_BUCKET:
+            yield _dead_rows(frames, encoder)
+            return
+        watermark = state.getCurrentWatermarkMs()
+        window = WindowState(core, state.get[0] if state.exists else None)
+        window.add(_events(frames), watermark)
+        window.release(watermark)
+        timeout = window.next_timeout_ms()
+        if timeout is None:
+            state.remove()
+        else:
+            state.update((window.dump(),))
+            state.setTimeoutTimestamp(max(timeout, watermark))
+        yield _release(window, encoder)
+
+    return release
+
+
+def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
+    core = TranslatorConfig(pair_key_changes=config.pair_key_changes)
+
+    def release(frame: Any) -> Any:
+        encoder = _Encoder(config)
+        bucket = int(frame["bucket"].iloc[0])
+        if bucket == CLOCK_BUCKET:
+            return _frame([], (0, 0, 0, 0, 0)).iloc[:0]
+        if bucket == DEAD_BUCKET:
+            return _dead_rows(iter([frame]), encoder)
+        window = WindowState(core)
+        window.add(_events(iter([frame])), -(2**62))
+        window.release(2**62)
+        return _release(window, encoder)
+
+    return release
+
+
+def translate(df: Any, config: TranslateConfig | None = None) -> Any:
+    """Translate a Kafka-schema DataFrame (streaming or batch) into output rows.
+
+    Counters are observed per batch as ``debezium_bridge_decode`` and
+    ``debezium_bridge_release``; together ``records_in = changes_out + merged + duplicates +
+    side_records + tombstones + dead_letters + skipped + pending``, with ``pending`` the change
+    in waiting events (see :func:`debezium_bridge.spark.metrics.counters`).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    config = config or TranslateConfig()
+    spec = _decoder_spec(config)
+    buckets = config.buckets
+
+    def decode(batches: Iterator[Any]) -> Iterator[Any]:
+        decoder = _decoder(spec)
+        for batch in batches:
+            yield _decode_batch(batch, decoder, buckets)
+
+    total = F.sum
+    staged = df.mapInArrow(decode, _STAGE_SCHEMA).observe(
+        f"{METRICS_NAME}_decode", *(total(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
+    if df.isStreaming:
+        staged = staged.withWatermark("clock", config.watermark_delay)
+        released = staged.groupBy("bucket").applyInPandasWithState(
+            _streaming_release(config), _RELEASE_SCHEMA, "state binary", "append",
+            GroupStateTimeout.EventTimeTimeout)
+    else:
+        released = staged.groupBy("bucket").applyInPandas(_batch_release(config), _RELEASE_SCHEMA)
+    observed = released.observe(
+        f"{METRICS_NAME}_release", *(total(f"n_{c}").alias(c) for c in RELEASE_COUNTERS))
+    return observed.where(F.col("kind") != "stats").drop(
+        *(f"n_{c}" for c in RELEASE_COUNTERS))
