@@ -131,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     samples.add_argument("--partitions", type=int, default=3, help="partitions of the topic")
     samples.add_argument("--avro-schemas-out", default=None,
                          help="with --encoding avro: write the {id: schema} file here")
+    commands.add_parser(
+        "spark", add_help=False,
+        help="run the Spark streaming job (needs .[spark]); see 'debezium-bridge spark --help'")
     return parser
 
 
@@ -309,6 +312,11 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["spark"]:
+        from debezium_bridge.spark.job import main as spark_main
+
+        return spark_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "convert":

@@ -14,8 +14,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
+from typing import Any
 
 from debezium_bridge.errors import BridgeError
 from debezium_bridge.records import RawRecord
@@ -116,22 +117,23 @@ def produce(bootstrap_servers: str, records: Iterable[RawRecord],
     delivered: list[RawRecord] = []
     failures: list[str] = []
 
-    def report(error: object, message: object) -> None:
-        if error is not None:
-            failures.append(str(error))
-            return
-        m = message
-        ts_type, ts = m.timestamp()  # type: ignore[attr-defined]
-        delivered.append(RawRecord(m.topic(), m.partition(), m.offset(),  # type: ignore[attr-defined]
-                                   ts if ts_type else None, m.key(), m.value(),  # type: ignore[attr-defined]
-                                   tuple(m.headers() or ())))  # type: ignore[attr-defined]
+    def reporter(sent: RawRecord) -> Callable[[Any, Any], None]:
+        def report(error: Any, message: Any) -> None:
+            if error is not None:
+                failures.append(str(error))
+                return
+            ts_type, ts = message.timestamp()
+            delivered.append(RawRecord(message.topic(), message.partition(), message.offset(),
+                                       ts if ts_type else None, sent.key, sent.value,
+                                       sent.headers))
+        return report
 
     for r in records:
         while True:
             try:
                 producer.produce(r.topic, value=r.value, key=r.key, partition=r.partition,
                                  timestamp=r.timestamp or 0, headers=list(r.headers) or None,
-                                 on_delivery=report)
+                                 on_delivery=reporter(r))
                 break
             except BufferError:
                 producer.poll(0.1)
