@@ -58,6 +58,7 @@ class JobConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     master: str = "local[*]"
     """Used when the job creates its own session (ignored under spark-submit --master)."""
     spark_conf: dict[str, str] = msgspec.field(default_factory=dict)
+    spark_log_level: str = "WARN"
     counters_json: str | None = None
     """Write the run's counters here when the query stops."""
 
@@ -149,11 +150,15 @@ def _session(config: JobConfig) -> Any:
             "spark.sql.execution.pyspark.python": sys.executable} | config.spark_conf
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(config.spark_log_level)
+    return session
 
 
 def run(config: JobConfig, spark: Any = None) -> RunCounters:
     """Start the query, wait for it to stop (``available_now``) or be stopped; return counters."""
+    from pyspark.errors import StreamingQueryException
+
     from debezium_bridge.spark.source import builtin_kafka_available, kafka_reader
 
     spark = spark or _session(config)
@@ -171,23 +176,26 @@ def run(config: JobConfig, spark: Any = None) -> RunCounters:
         writer = writer.trigger(processingTime=config.trigger_interval)
     query = writer.start()
     seen = -1
+
+    def collect() -> None:
+        nonlocal seen
+        for progress in query.recentProgress:
+            if progress["batchId"] > seen:
+                seen = progress["batchId"]
+                counters.add(progress)
+                log.info("batch %s: %s", seen, counters.summary())
+
     try:
         while query.isActive:
-            query.awaitTermination(1)
-            for progress in query.recentProgress:
-                if progress["batchId"] > seen:
-                    seen = progress["batchId"]
-                    counters.add(progress)
-                    log.info("batch %s: %s", seen, counters.summary())
+            try:
+                query.awaitTermination(1)
+            except StreamingQueryException as exc:
+                raise BridgeError(f"streaming query failed: {exc}") from exc
+            collect()
     finally:
         if query.isActive:
             query.stop()
-    for progress in query.recentProgress:
-        if progress["batchId"] > seen:
-            seen = progress["batchId"]
-            counters.add(progress)
-    if query.exception() is not None:
-        raise BridgeError(f"streaming query failed: {query.exception()}")
+        collect()
     log.info("done: %s", counters.summary())
     if config.counters_json:
         with open(config.counters_json, "w") as handle:
