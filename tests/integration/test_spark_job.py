@@ -18,8 +18,7 @@ from debezium_bridge.records import RawRecord
 from debezium_bridge.samples import demo
 from debezium_bridge.spark.demo import _heartbeat
 from debezium_bridge.spark.job import load_job_config
-from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, \
-    assert_demo_feed
+from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, assert_demo_feed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -120,7 +119,8 @@ def test_job_config_rejects_unknown_keys_and_masks_secrets(tmp_path: Path) -> No
     config = load_job_config(str(path))
     assert config.masked()["source"]["options"]["kafka.sasl.password"] == "******"
     assert "hunter2" not in json.dumps(config.masked())
-    path.write_text(json.dumps({"source": {"options": {"subscribe": "t", "kafka.bootstrap.servers": "h"}},
+    path.write_text(json.dumps({"source": {"options": {"subscribe": "t",
+                                                       "kafka.bootstrap.servers": "h"}},
                                 "sinks": [{"kind": "console"}],
                                 "checkpoint": "c", "trigerr": "once"}))
     with pytest.raises(ConfigError, match="trigerr"):

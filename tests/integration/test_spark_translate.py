@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,10 @@ from debezium_bridge.kafka import create_topics, produce
 from debezium_bridge.model import ChangeRecord
 from debezium_bridge.records import RawRecord
 from debezium_bridge.samples import demo
-from debezium_bridge.spark import KAFKA_SCHEMA, TranslateConfig, kafka_reader, kafka_rows, \
-    translate
+from debezium_bridge.spark import KAFKA_SCHEMA, TranslateConfig, kafka_reader, kafka_rows, translate
 from debezium_bridge.spark.demo import _heartbeat
 from debezium_bridge.spark.job import RunCounters
-from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, \
-    assert_demo_feed
+from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, assert_demo_feed
 from tests.integration.streams import run_available_now
 
 pytestmark = pytest.mark.integration
