@@ -27,6 +27,7 @@ Rules, per position group:
 from __future__ import annotations
 
 from collections.abc import Iterable
+
 import msgspec
 
 from debezium_bridge.core.counters import Counters

@@ -45,7 +45,8 @@ from debezium_bridge.records import RawRecord
 OUTPUT_COLUMNS = (
     ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),
     ("op", "string"), ("seq", "string"), ("commit_ts", "string"), ("topic", "string"),
-    ("key", "binary"), ("value", "binary"), ("headers", "array<struct<key: string, value: binary>>"),
+    ("key", "binary"), ("value", "binary"),
+    ("headers", "array<struct<key: string, value: binary>>"),
     ("source_topic", "string"), ("source_partition", "int"), ("source_offset", "long"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)

@@ -8,7 +8,6 @@ checked against the raw traffic in ``tests/unit/test_samples.py``), not from any
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterable, Mapping
 from typing import Any
 

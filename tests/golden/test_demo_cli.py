@@ -9,8 +9,7 @@ from pathlib import Path
 from debezium_bridge.cli import main
 from debezium_bridge.dumps import write_lossless
 from debezium_bridge.samples import demo
-from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, \
-    assert_demo_feed
+from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, assert_demo_feed
 
 
 def test_demo_case_through_the_cli(tmp_path: Path) -> None:
