@@ -33,6 +33,7 @@ import msgspec
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.translator import Translator, TranslatorConfig
 from debezium_bridge.model import ChangeEvent, ChangeRecord
+from debezium_bridge.records import RawRecord
 
 GroupKey = tuple[str, bytes, bytes]
 _WAITING_OPS = frozenset("dc")
@@ -150,8 +151,11 @@ class WindowState:
 
 
 def event_bytes(event: ChangeEvent) -> bytes:
-    """A decoded event as bytes (to carry it between Spark stages and in state)."""
-    return _encoder.encode(event)
+    """A decoded event as bytes (to carry it between Spark stages and in state), without the
+    raw key, value and headers: only the record's coordinates are needed after decoding."""
+    r = event.record
+    coordinates = RawRecord(r.topic, r.partition, r.offset, r.timestamp)
+    return _encoder.encode(msgspec.structs.replace(event, record=coordinates))
 
 
 _event_decoder = msgspec.msgpack.Decoder(ChangeEvent)
