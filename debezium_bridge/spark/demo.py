@@ -42,10 +42,12 @@ def job_config(out: Path, bootstrap: str) -> dict[str, Any]:
         "source": {"provider": "auto", "options": {
             "subscribePattern": r"server1\.[^.]+\.[^.]+\.[^.]+|__debezium-heartbeat\.server1",
             "startingOffsets": "earliest", "kafka.bootstrap.servers": bootstrap}},
-        "translate": {"outputs": ["canonical"], "watermark_delay": f"{WATERMARK_DELAY_S} seconds",
-                      "buckets": 8},
+        "translate": {"outputs": ["canonical", "ces"],
+                      "watermark_delay": f"{WATERMARK_DELAY_S} seconds", "buckets": 8},
         "sinks": [
-            {"kind": "parquet", "rows": "changes", "path": str(out / "changes")},
+            {"kind": "parquet", "rows": "changes", "formats": ["canonical"],
+             "path": str(out / "changes")},
+            {"kind": "parquet", "rows": "changes", "formats": ["ces"], "path": str(out / "ces")},
             {"kind": "parquet", "rows": "dead_letters", "path": str(out / "dead_letters")},
             {"kind": "kafka", "rows": "all", "options": {"kafka.bootstrap.servers": bootstrap}},
         ],
@@ -83,6 +85,10 @@ def _print_feed(out: Path) -> None:
         src = ", ".join(f'p{x["partition"]}@{x["offset"]}' for x in record["lineage"])
         print(f'  {record["op"]:<7} {record["seq"][:41]}  key {key}  '
               f'changed={record["changed_columns"]}  from {src}')
+    ces = sorted(_read_rows(out / "ces"), key=lambda r: (r["seq"], r["event_id"]))
+    print(f"\n== CES CloudEvents ({out}/ces; snapshot rows are not CES events):")
+    for row in ces:
+        print(row["value"].decode())
     print(f"\n== dead letters ({out}/dead_letters):")
     for row in _read_rows(out / "dead_letters"):
         headers = {h["key"]: (h["value"] or b"").decode() for h in row["headers"]}

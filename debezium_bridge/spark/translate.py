@@ -31,13 +31,17 @@ from typing import Any, Literal
 
 import msgspec
 
+from debezium_bridge.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.ces.encode import CesEncoder
+from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core.translator import TranslatorConfig
 from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
 from debezium_bridge.decode import DecodeOptions, Decoder, load_table_schemas
 from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
 from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.encode.canonical import exploded_rows, flat_rows
-from debezium_bridge.errors import ConfigError
+from debezium_bridge.encode.debezium import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.errors import ConfigError, RecordError
 from debezium_bridge.logical import DEFAULT_PLACEHOLDER, BinaryHandlingMode
 from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord
 from debezium_bridge.records import RawRecord
@@ -52,7 +56,7 @@ OUTPUT_COLUMNS = (
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
 DECODE_COUNTERS = ("records_in", "tombstones", "side_records", "skipped", "dead_letters")
 RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "late", "pending")
-_STAGE_SCHEMA = ("bucket int, commit_ms long, clock timestamp, payload binary, "
+_STAGE_SCHEMA = ("bucket int, commit_ms long, clock timestamp, payload binary, columns binary, "
                  + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
 _RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
 _RELEASE_COLUMNS = [name for name, _ in OUTPUT_COLUMNS] + [f"n_{n}" for n in RELEASE_COUNTERS]
@@ -64,7 +68,8 @@ warnings.filterwarnings("ignore", category=FutureWarning,
 METRICS_NAME = "debezium_bridge"
 
 
-OutputFormat = Literal["canonical", "exploded", "flat"]
+OutputFormat = Literal["canonical", "exploded", "flat", "ces", "debezium"]
+_TYPED_OUTPUTS = frozenset(("ces", "debezium"))
 
 
 class TranslateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -86,10 +91,25 @@ class TranslateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     table_schemas: str | None = None
     binary_handling_mode: BinaryHandlingMode = "bytes"
     unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
+    ces: CesOptions = msgspec.field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
+    """CES CloudEvents switches (the ``--ces-*`` options of the CLI). Snapshot rows must be
+    skipped here: they are spread over state buckets by key, so they cannot be numbered within
+    their snapshot "transaction" and their ``logicalid`` s would collide (use the CLI to turn a
+    snapshot into CES events). Without Debezium's transaction metadata, ``sequencenumber`` is
+    derived per micro-batch (exact when a transaction is released in one micro-batch)."""
+    debezium: DebeziumOutOptions = msgspec.field(default_factory=DebeziumOutOptions)
+    """Debezium envelope output switches (``--debezium-*``); JSON with or without schema."""
+
+    @property
+    def needs_column_types(self) -> bool:
+        return not _TYPED_OUTPUTS.isdisjoint(self.outputs)
 
     def __post_init__(self) -> None:
         if not self.outputs or len(set(self.outputs)) != len(self.outputs):
             raise ConfigError("outputs must name each output format once")
+        if "ces" in self.outputs and self.ces.snapshot_rows != "skip":
+            raise ConfigError("ces.snapshot_rows must be 'skip' in the Spark job (snapshot rows "
+                              "cannot be numbered within their transaction across buckets)")
         if not 1 <= self.buckets <= 100_000:
             raise ConfigError("buckets must be between 1 and 100000")
         if self.registry and not self.schema_registry:
@@ -102,6 +122,8 @@ class _DecoderSpec(msgspec.Struct, frozen=True):
     options: DecodeOptions
     avro_schemas: dict[str, Any] | None
     registry: dict[str, str] | None
+    column_types: bool
+    """Collect the SQL column types of every table version (for CES and Debezium output)."""
     token: str
 
 
@@ -115,30 +137,41 @@ def _decoder_spec(config: TranslateConfig) -> _DecoderSpec:
         unavailable_value_placeholder=config.unavailable_value_placeholder,
         binary_handling_mode=config.binary_handling_mode,
         table_schemas=load_table_schemas(config.table_schemas) if config.table_schemas else {})
-    token = hashlib.sha256(msgspec.msgpack.encode([options, avro, registry])).hexdigest()
-    return _DecoderSpec(options, avro, registry, token)
+    typed = config.needs_column_types
+    token = hashlib.sha256(msgspec.msgpack.encode([options, avro, registry, typed])).hexdigest()
+    return _DecoderSpec(options, avro, registry, typed, token)
 
 
-_decoders: dict[str, Decoder] = {}
+_decoders: dict[str, tuple[Decoder, ColumnCatalog | None]] = {}
 
 
-def _decoder(spec: _DecoderSpec) -> Decoder:
-    """One decoder per worker process and configuration (schema caches persist across tasks)."""
-    decoder = _decoders.get(spec.token)
-    if decoder is None:
+def _decoder(spec: _DecoderSpec) -> tuple[Decoder, ColumnCatalog | None]:
+    """One decoder per worker process and configuration (schema caches persist across tasks),
+    with the catalog of column types it has seen when the outputs need them."""
+    found = _decoders.get(spec.token)
+    if found is None:
         if spec.registry is not None:
             resolver: Any = RegistrySchemaResolver(spec.registry)
         elif spec.avro_schemas is not None:
             resolver = FileSchemaResolver(spec.avro_schemas)
         else:
             resolver = None
-        decoder = _decoders[spec.token] = Decoder(spec.options, AvroDecoder(resolver))
-    return decoder
+        decoder = Decoder(spec.options, AvroDecoder(resolver))
+        catalog = None
+        if spec.column_types:
+            catalog = ColumnCatalog()
+            decoder.add_schema_listener(catalog.add_schema)
+        found = _decoders[spec.token] = (decoder, catalog)
+    return found
 
 
 def bucket_of(event: ChangeEvent, buckets: int) -> int:
-    """Stable across processes (Python's ``hash`` of str is salted per process)."""
-    return zlib.crc32(msgspec.msgpack.encode(group_key(event))) % buckets
+    """The state bucket: by commit LSN, so one transaction's events are released (and numbered
+    for CES) together; snapshot rows by table and key. Stable across processes (Python's
+    ``hash`` of str is salted per process)."""
+    if event.op == "r" and event.snapshot != "incremental":
+        return zlib.crc32(msgspec.msgpack.encode(group_key(event))) % buckets
+    return zlib.crc32(event.sort_key[0]) % buckets
 
 
 def _heartbeat_ms(record: RawRecord) -> int | None:
@@ -152,7 +185,24 @@ def _heartbeat_ms(record: RawRecord) -> int | None:
         return None
 
 
-def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
+def _event_columns(event: ChangeEvent, catalog: ColumnCatalog,
+                   cache: dict[int, bytes]) -> bytes | None:
+    """The event's table version's SQL column types, as bytes (``None`` when unknown)."""
+    after, before = event.after, event.before
+    image = after if after is not None else before if before is not None else event.key
+    names = tuple(image) if before is None or after is None or len(before) == len(after) \
+        else tuple(after) + tuple(c for c in before if c not in after)
+    columns = catalog.lookup(event.table, names)
+    if columns is None:
+        return None
+    data = cache.get(id(columns))
+    if data is None:
+        data = cache[id(columns)] = msgspec.msgpack.encode(columns)
+    return data
+
+
+def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
+                  catalog: ColumnCatalog | None = None) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -166,6 +216,8 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
     bucket: list[int] = []
     commit_ms: list[int | None] = []
     payload: list[bytes] = []
+    types: list[bytes | None] = []
+    type_cache: dict[int, bytes] = {}
     tombstones = side = skipped = dead = 0
     clock: int | None = None
     for i in range(len(values)):
@@ -179,6 +231,7 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
             bucket.append(DEAD_BUCKET)
             commit_ms.append(None)
             payload.append(msgspec.msgpack.encode(DeadLetter.of(exc, record)))
+            types.append(None)
             continue
         if decoded.__class__ is SideRecord:
             kind = decoded.kind  # type: ignore[union-attr]
@@ -200,6 +253,7 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
         bucket.append(bucket_of(event, buckets))
         commit_ms.append(ms)
         payload.append(event_bytes(event))
+        types.append(_event_columns(event, catalog, type_cache) if catalog is not None else None)
     n = len(bucket)
     zeros = [0] * n
     counts = (len(values), tombstones, side, skipped, dead)
@@ -209,6 +263,7 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int) -> Any:
         "clock": pa.array([None] * n + [clock * 1000 if clock is not None else None],
                           pa.timestamp("us", tz="UTC")),
         "payload": [*payload, None],
+        "columns": [*types, None],
     } | {f"n_{name}": [*zeros, count] for name, count in zip(DECODE_COUNTERS, counts,
                                                               strict=True)}
     return pa.RecordBatch.from_pydict(columns, schema=_arrow_stage_schema())
@@ -218,7 +273,8 @@ def _arrow_stage_schema() -> Any:
     import pyarrow as pa
 
     return pa.schema([("bucket", pa.int32()), ("commit_ms", pa.int64()),
-                      ("clock", pa.timestamp("us", tz="UTC")), ("payload", pa.binary())]
+                      ("clock", pa.timestamp("us", tz="UTC")), ("payload", pa.binary()),
+                      ("columns", pa.binary())]
                      + [(f"n_{name}", pa.int64()) for name in DECODE_COUNTERS])
 
 
@@ -228,31 +284,60 @@ class _Encoder:
     def __init__(self, config: TranslateConfig) -> None:
         self.config = config
         self.json = msgspec.json.Encoder()
+        self.catalog = ColumnCatalog()
+        self._ces: CesEncoder | None = None
+        self._debezium: DebeziumWriter | None = None
+
+    def learn(self, event: ChangeEvent, columns: Any) -> None:
+        """Register the SQL column types the decode step found for ``event``'s table."""
+        if isinstance(columns, bytes):
+            self.catalog.add(event.table, _columns_decoder.decode(columns))
 
     def _topic(self, record: ChangeRecord, output: str) -> str:
         source = record.lineage[0].topic if record.lineage else ""
         return self.config.output_topic.format(topic=source, table=record.table_id,
                                                output=output)
 
+    def _items(self, record: ChangeRecord, output: str
+               ) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, Any]]]]:
+        """(row id, topic, key, value, headers) of one output format."""
+        topic = self._topic(record, output)
+        if output == "canonical":
+            return [(record.event_id, topic, self.json.encode(record.key),
+                     self.json.encode(record), [])]
+        if output in ("exploded", "flat"):
+            rows = exploded_rows(record) if output == "exploded" else flat_rows(record)
+            return [(f"{record.event_id}:{output}:{index}", topic,
+                     self.json.encode({k: row[k] for k in record.key if k in row}
+                                      if output == "flat" else record.key),
+                     self.json.encode(row), []) for index, row in enumerate(rows)]
+        if output == "ces":
+            if self._ces is None:
+                self._ces = CesEncoder(self.config.ces, self.catalog)
+            return [(f"{record.event_id}:ces:{index}", topic, m.key, m.value, list(m.headers))
+                    for index, m in enumerate(self._ces.encode(record))]
+        if self._debezium is None:
+            self._debezium = DebeziumWriter(self.config.debezium, self.catalog)
+        return [(f"{record.event_id}:debezium:{index}", r.topic, r.key, r.value, list(r.headers))
+                for index, r in enumerate(self._debezium.encode(record))]
+
     def change_rows(self, record: ChangeRecord) -> list[tuple[Any, ...]]:
         lineage = record.lineage[-1]
         tail = (lineage.topic, lineage.partition, lineage.offset)
-        out = []
+        out: list[tuple[Any, ...]] = []
         for output in self.config.outputs:
-            topic = self._topic(record, output)
-            items: list[tuple[str, dict[str, Any], Any]]
-            if output == "canonical":
-                items = [(record.event_id, record.key, record)]
-            else:
-                rows = exploded_rows(record) if output == "exploded" else flat_rows(record)
-                items = [(f"{record.event_id}:{output}:{index}",
-                          {k: row[k] for k in record.key if k in row} if output == "flat"
-                          else record.key, row) for index, row in enumerate(rows)]
-            for row_id, key, value in items:
-                headers = [{"key": "debezium_bridge.event_id", "value": row_id.encode()}]
+            try:
+                items = self._items(record, output)
+            except RecordError as exc:  # the format cannot hold this record: a dead letter
+                raw = RawRecord(lineage.topic, lineage.partition, lineage.offset, None,
+                                self.json.encode(record.key), self.json.encode(record))
+                out.append(self.dead_row(DeadLetter.of(exc, raw, f"encode-{output}")))
+                continue
+            for row_id, topic, key, value, headers in items:
+                header_rows = [{"key": k, "value": v} for k, v in headers]
+                header_rows.append({"key": "debezium_bridge.event_id", "value": row_id.encode()})
                 out.append(("change", output, row_id, record.table_id, record.op, record.seq,
-                            record.commit_ts, topic, self.json.encode(key),
-                            self.json.encode(value), headers, *tail))
+                            record.commit_ts, topic, key, value, header_rows, *tail))
         return out
 
     def dead_row(self, dead: DeadLetter) -> tuple[Any, ...]:
@@ -266,6 +351,7 @@ class _Encoder:
 
 
 _dead_decoder = msgspec.msgpack.Decoder(DeadLetter)
+_columns_decoder = msgspec.msgpack.Decoder(tuple[CesColumn, ...])
 
 
 def _frame(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> Any:
@@ -278,14 +364,21 @@ def _frame(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> Any:
 
 
 def _release(window: WindowState, encoder: _Encoder) -> Any:
-    rows = [row for record in window.drain() for row in encoder.change_rows(record)]
+    released = sorted(window.drain(), key=lambda record: (record.seq, record.event_id))
+    rows = [row for record in released for row in encoder.change_rows(record)]
     c = window.counters
     return _frame(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending))
 
 
-def _events(frames: Iterator[Any]) -> list[tuple[ChangeEvent, int]]:
-    return [(event_from_bytes(p), int(ms)) for frame in frames
-            for p, ms in zip(frame["payload"], frame["commit_ms"], strict=True)]
+def _events(frames: Iterator[Any], encoder: _Encoder) -> list[tuple[ChangeEvent, int]]:
+    events = []
+    for frame in frames:
+        for payload, ms, columns in zip(frame["payload"], frame["commit_ms"], frame["columns"],
+                                        strict=True):
+            event = event_from_bytes(payload)
+            encoder.learn(event, columns)
+            events.append((event, int(ms)))
+    return events
 
 
 def _dead_rows(frames: Iterator[Any], encoder: _Encoder) -> Any:
@@ -308,7 +401,7 @@ def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
             return
         watermark = state.getCurrentWatermarkMs()
         window = WindowState(core, state.get[0] if state.exists else None)
-        window.add(_events(frames), watermark)
+        window.add(_events(frames, encoder), watermark)
         window.release(watermark)
         timeout = window.next_timeout_ms()
         if timeout is None:
@@ -332,7 +425,7 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
         if bucket == DEAD_BUCKET:
             return _dead_rows(iter([frame]), encoder)
         window = WindowState(core)
-        window.add(_events(iter([frame])), -(2**62))
+        window.add(_events(iter([frame]), encoder), -(2**62))
         window.release(2**62)
         return _release(window, encoder)
 
@@ -355,9 +448,9 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
     buckets = config.buckets
 
     def decode(batches: Iterator[Any]) -> Iterator[Any]:
-        decoder = _decoder(spec)
+        decoder, catalog = _decoder(spec)
         for batch in batches:
-            yield _decode_batch(batch, decoder, buckets)
+            yield _decode_batch(batch, decoder, buckets, catalog)
 
     total = F.sum
     staged = df.mapInArrow(decode, _STAGE_SCHEMA).observe(

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core.translator import Translator
+from debezium_bridge.encode.canonical import to_json
 from debezium_bridge.kafka import create_topics, produce
 from debezium_bridge.model import ChangeRecord
 from debezium_bridge.records import RawRecord
@@ -138,3 +140,33 @@ def test_streaming_restart_keeps_waiting_halves_in_state(
     run2 = [json.loads(r.value) for b in batches for r in b if r.kind == "change"]
     merged = [r for r in run2 if r["key_changed"]]
     assert len(merged) == 1 and merged[0]["old_key"] == {"id": 4}
+
+
+def test_ces_and_debezium_outputs_in_spark(spark: Any) -> None:
+    """CES events validate against the JSON Schemas (one UPD for the key change); the Debezium
+    envelopes decode with the core's own decoder back to the same canonical changes."""
+    from debezium_bridge.ces.schema import validate_events
+    from debezium_bridge.errors import ConfigError
+
+    records, expected = demo()
+    config = TranslateConfig(outputs=("canonical", "ces", "debezium"))
+    rows = translate(spark.createDataFrame(kafka_rows(records), KAFKA_SCHEMA), config).collect()
+    ces = [r for r in rows if r.format == "ces"]
+    validate_events([r.value for r in ces])
+    operations = [json.loads(r.value)["operation"] for r in ces]
+    snapshot = sum(c.op == "read" for c in expected.changes)
+    assert len(ces) == len(expected.changes) - snapshot
+    key_change = [json.loads(r.value) for r in ces if r.op == "update"
+                  and json.loads(json.loads(r.value)["data"])["eventsource"]["pkkey"][0]["value"]
+                  == str(expected.changes[7].key["id"])]
+    assert [e["operation"] for e in key_change] == ["UPD"] and operations.count("DEL") == 1
+    logical_ids = [json.loads(r.value)["logicalid"] for r in ces]
+    assert len(set(logical_ids)) == len(logical_ids)
+
+    # one partition in position order, as the connector would write them
+    ordered = sorted((r for r in rows if r.format == "debezium"), key=lambda r: (r.seq, r.event_id))
+    envelopes = [RawRecord(r.topic, 0, i, None, r.key, r.value) for i, r in enumerate(ordered)]
+    again = [x for x in Translator().translate(envelopes) if isinstance(x, ChangeRecord)]
+    assert_demo_feed([json.loads(to_json(c)) for c in again], expected)
+    with pytest.raises(ConfigError, match="snapshot_rows"):
+        TranslateConfig(outputs=("ces",), ces=CesOptions(snapshot_rows="insert"))
