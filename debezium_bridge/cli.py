@@ -16,6 +16,9 @@ from typing import IO, Any, BinaryIO, Literal
 import msgspec
 
 from debezium_bridge import __version__
+from debezium_bridge.ces import convert as ces_convert
+from debezium_bridge.ces.options import CesOptions
+from debezium_bridge.ces.pipeline import Pipeline
 from debezium_bridge.config import (
     build,
     env_settings,
@@ -23,12 +26,13 @@ from debezium_bridge.config import (
     mask,
     parse_overrides,
 )
-from debezium_bridge.core import Translator, TranslatorConfig
+from debezium_bridge.core import TranslatorConfig
 from debezium_bridge.decode import DecodeOptions, Decoder, load_table_schemas
 from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
 from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.dumps import DumpFormat, DumpLineError, read_dump, write_lossless
 from debezium_bridge.encode.canonical import View, encode_lines
+from debezium_bridge.encode.debezium import DebeziumOutOptions
 from debezium_bridge.errors import BridgeError, ConfigError
 from debezium_bridge.logical import DEFAULT_PLACEHOLDER, BinaryHandlingMode
 from debezium_bridge.records import RawRecord
@@ -43,7 +47,8 @@ class ConvertConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     input_format: Literal["auto", "lossless", "kcat", "text"] = "auto"
     topic: str | None = None
     key_separator: str | None = None
-    to: Literal["canonical", "exploded", "flat"] = "canonical"
+    to: Literal["canonical", "exploded", "flat", "ces", "ces-avro", "debezium",
+                "debezium-avro"] = "canonical"
     output: str = "-"
     dlq: str | None = None
     schema_registry: str | None = None
@@ -58,6 +63,14 @@ class ConvertConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     fail_on_error: bool = False
     progress: Literal["auto", "always", "never"] = "auto"
     counters_json: str | None = None
+    output_format: Literal["auto", "values", "lossless"] = "auto"
+    output_partitions: int = 1
+    output_topic: str | None = None
+    output_avro_schemas: str | None = None
+    ces: CesOptions = msgspec.field(default_factory=CesOptions)
+    """``--ces-*`` (file keys ``ces_*``): CES input and output switches."""
+    debezium_out: DebeziumOutOptions = msgspec.field(default_factory=DebeziumOutOptions)
+    """``--debezium-*`` (file keys ``debezium_*``): Debezium envelope output switches."""
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -72,7 +85,8 @@ class ConvertConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 
 
 _ENV_KEYS = ["schema_registry", "avro_schemas", "table_schemas", "dlq", "binary_handling_mode",
-             "unavailable_value_placeholder", "max_pending", "dedupe_capacity"]
+             "unavailable_value_placeholder", "max_pending", "dedupe_capacity",
+             *ces_convert.setting_names()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None, help="input format (default: auto-detect per file)")
     add("--topic", default=None, help="topic of text dumps (default: the file name)")
     add("--key-separator", default=None, help="key separator of console-consumer text dumps")
-    add("--to", choices=["canonical", "exploded", "flat"], default=None,
-        help="output view (default: canonical)")
+    add("--to", choices=["canonical", "exploded", "flat", *ces_convert.TARGETS], default=None,
+        help="output: a canonical view, CES CloudEvents (JSON or Avro) or Debezium envelopes "
+             "(JsonConverter or Confluent Avro) (default: canonical)")
     add("-o", "--output", default=None, help="output file (default: stdout)")
     add("--dlq", default=None, help="write rejected records (lossless JSON lines) to this file")
     add("--schema-registry", default=None, help="Confluent Schema Registry URL for Avro")
@@ -122,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--progress", choices=["auto", "always", "never"], default=None,
         help="progress bar on stderr (auto: when stderr is a terminal)")
     add("--counters-json", default=None, help="also write the counters as JSON to this file")
+    ces_convert.add_arguments(conv)
     samples = commands.add_parser(
         "samples", help="write sample Debezium SQL Server traffic as a lossless dump",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -168,6 +184,7 @@ def config_from_args(args: argparse.Namespace) -> ConvertConfig:
     registry = dict(settings.get("registry") or {})
     registry.update(parse_overrides(args.registry_settings))
     settings["registry"] = registry
+    settings = ces_convert.nest_settings(settings)
     return build(ConvertConfig, settings)  # type: ignore[no-any-return]
 
 
@@ -242,24 +259,32 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
         for path in config.inputs:
             reader = read_dump(path, **kwargs)
             for item in reader:
-                if isinstance(item, RawRecord) and _is_data_topic(item.topic):
+                if isinstance(item, RawRecord) and (_is_data_topic(item.topic)
+                                                    or ces_convert.is_ces(item.value)):
                     partitions.add((item.topic, item.partition))
             avro_subjects.update(reader.avro_schemas)
             total_bytes += reader.total_bytes or 0
+    table_schemas = load_table_schemas(config.table_schemas) if config.table_schemas else {}
     decoder = Decoder(
         DecodeOptions(
             unavailable_value_placeholder=config.unavailable_value_placeholder,
             binary_handling_mode=config.binary_handling_mode,
-            table_schemas=load_table_schemas(config.table_schemas) if config.table_schemas
-            else {},
+            table_schemas=table_schemas,
         ),
         AvroDecoder(_resolver(config, avro_subjects)),
     )
-    translator = Translator(TranslatorConfig(pair_key_changes=config.pair_key_changes,
-                                             max_pending=config.max_pending,
-                                             dedupe_capacity=config.dedupe_capacity), decoder)
+    # the pipeline adds CES input (segments, key-changing updates) and the SQL column types
+    pipeline = Pipeline(TranslatorConfig(pair_key_changes=config.pair_key_changes,
+                                         max_pending=config.max_pending,
+                                         dedupe_capacity=config.dedupe_capacity), decoder,
+                        config.ces)
+    for name, schema in table_schemas.items():
+        pipeline.catalog.add_schema(schema, name)
+    translator = pipeline.translator
     translator.expect(partitions)
-    view = View(config.to)
+    writer = (ces_convert.make_writer(config, pipeline.catalog)
+              if config.to in ces_convert.TARGETS else None)
+    view = View(config.to) if writer is None else View.CANONICAL
     show = config.progress == "always" or (config.progress == "auto" and stderr.isatty())
     progress = _Progress(show, total_bytes or None)
     started = time.monotonic()
@@ -268,8 +293,14 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
         assert out is not None
 
         def emit() -> None:
-            changes, dead = translator.drain()
-            if changes:
+            changes, dead = pipeline.drain()
+            if changes and writer is not None:
+                failed = writer.write(changes, out)
+                if failed:  # records the output format cannot hold: out of changes_out
+                    translator.counters.changes_out -= len(failed)
+                    translator.counters.dead_letters += len(failed)
+                    dead = dead + failed
+            elif changes:
                 out.write(encode_lines(changes, view))
             for letter in dead:
                 stderr.write(f"debezium-bridge: rejected {letter.describe()}\n")
@@ -286,26 +317,34 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
                     translator.reject(DeadLetter(raw, "read", "DumpLineError", bad.message,
                                                  error_module="debezium_bridge.dumps"))
                 else:
-                    translator.process(item)  # type: ignore[arg-type]
-                if translator._changes or translator._dead:
+                    pipeline.process(item)  # type: ignore[arg-type]
+                if pipeline.has_output:
                     emit()
                 if show and translator.counters.records_in % 4096 == 0:
                     progress.update(translator.counters.records_in,
                                     done_bytes + (reader.bytes_read or 0))
             done_bytes += reader.bytes_read or 0
-        translator.flush()
+        pipeline.flush()
         emit()
+        if writer is not None:
+            writer.finish()
         out.flush()
     progress.close()
     counters = translator.counters
     elapsed = time.monotonic() - started
     stderr.write(f"debezium-bridge: {counters.summary()}\n")
+    segments = pipeline.assembler.counters
+    if segments.records_in != segments.passed or segments.split_updates:
+        stderr.write(f"debezium-bridge: {segments.summary()}\n")
+    if writer is not None and writer.summary():
+        stderr.write(f"debezium-bridge: {writer.summary()}\n")
     stderr.write(f"debezium-bridge: {counters.records_in} records in {elapsed:.2f} s; "
                  f"state {translator.state_size()}\n")
     if config.counters_json:
         with open(config.counters_json, "w") as handle:
-            handle.write(msgspec.json.encode(counters.as_dict()).decode() + "\n")
-    if counters.dead_letters and config.fail_on_error:
+            handle.write(msgspec.json.encode(
+                {**counters.as_dict(), "ces_input": segments.as_dict()}).decode() + "\n")
+    if (counters.dead_letters or segments.dead_letters) and config.fail_on_error:
         return EXIT_REJECTED
     return EXIT_OK
 

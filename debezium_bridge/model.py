@@ -46,10 +46,13 @@ class SourceRef(msgspec.Struct, frozen=True, gc=False):
     version: str | None
 
 
-class TxRef(msgspec.Struct, frozen=True, gc=False):
+class TxRef(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     id: str
     total_order: int | None
     data_collection_order: int | None
+    begin_lsn: str | None = None
+    """Begin LSN of the transaction, known only for CES input (``transaction.beginlsn``);
+    omitted from the JSON form when absent, so Debezium-sourced records are unchanged."""
 
 
 class PositionRef(msgspec.Struct, frozen=True, gc=False):
@@ -75,13 +78,14 @@ def seq_of(key: SortKey) -> str:
 
 
 _second_texts: dict[int, str] = {}
+_MS_SUFFIXES = tuple(f".{ms:03d}Z" for ms in range(1000))
 
 
 def iso_ms(epoch_ms: int | None) -> str | None:
     """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (``None`` if out of range)."""
     if epoch_ms is None:
         return None
-    seconds, ms = divmod(epoch_ms, 1000)
+    seconds = epoch_ms // 1000
     text = _second_texts.get(seconds)
     if text is None:
         try:
@@ -91,7 +95,7 @@ def iso_ms(epoch_ms: int | None) -> str | None:
         if len(_second_texts) > 8192:
             _second_texts.clear()
         _second_texts[seconds] = text
-    return f"{text}.{ms:03d}Z"
+    return text + _MS_SUFFIXES[epoch_ms % 1000]
 
 
 class ChangeEvent(msgspec.Struct, gc=False):

@@ -8,7 +8,7 @@ translator turns them into dead letters at the record boundary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -134,13 +134,35 @@ class Decoder:
         self._schemaless = SchemalessRowDecoder(
             placeholder=self.options.unavailable_value_placeholder)
         self._row_decoders: dict[int, RowDecoderLike] = {}
+        self.schema_listeners: list[Callable[[TableSchema], None]] = []
+        """Called with every row schema the decoder compiles (the CES/Debezium output encoders
+        learn SQL column types this way); see :meth:`add_schema_listener`."""
+        self.ces: Any = None
+        """The :class:`debezium_bridge.ces.decode.CesDecoder` for CES CloudEvents (created on the
+        first CES record unless given)."""
         self._file_rows: dict[str, RowDecoder] = {
             name: self._row_decoder(schema) for name, schema in self.options.table_schemas.items()
         }
 
+    def add_schema_listener(self, listener: Callable[[TableSchema], None]) -> None:
+        """Call ``listener`` with every row schema compiled from now on (and the table-schema
+        file's schemas, compiled already)."""
+        self.schema_listeners.append(listener)
+        for rows in self._file_rows.values():
+            listener(rows.schema)
+
     def _row_decoder(self, schema: TableSchema) -> RowDecoder:
+        for listener in self.schema_listeners:
+            listener(schema)
         return RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
                           binary_mode=self.options.binary_handling_mode)
+
+    def _ces_decoder(self) -> Any:
+        if self.ces is None:
+            from debezium_bridge.ces.decode import CesDecoder
+
+            self.ces = CesDecoder()
+        return self.ces
 
     def _compile_envelope_schema(
             self, schema: Any) -> tuple[RowDecoderLike, tuple[str, ...] | None]:
@@ -209,6 +231,8 @@ class Decoder:
             if first == 0:
                 return self.avro.decode(record, self)
             if first not in _JSON_START:
+                if value.startswith(b"\x061.0"):  # Avro "1.0" (specversion): CES Avro
+                    return self._ces_decoder().decode(record)  # type: ignore[no-any-return]
                 raise DecodeError(
                     f"value is neither JSON nor Confluent Avro (first byte 0x{first:02x})")
             if value.startswith(b'{"schema":'):
@@ -254,6 +278,8 @@ class Decoder:
                 return SideRecord(SideKind.TOMBSTONE, record)
             return self._from_generic(record, payload, rows, columns)
         if "specversion" in doc:
+            if str(doc.get("type", "")).startswith("com.microsoft.SQL.CES."):
+                return self._ces_decoder().decode(record, doc)  # type: ignore[no-any-return]
             return self._from_cloudevent(record, doc)
         return self._from_generic(record, doc, None, None)
 

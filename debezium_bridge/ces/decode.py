@@ -1,0 +1,668 @@
+"""CES CloudEvents → the core's :class:`~debezium_bridge.model.ChangeEvent` (and so canonical
+records).
+
+Two stages:
+
+:class:`CesAssembler` (before the translator, one per stream) reassembles segments: it buffers
+the segments of a ``logicalid`` until the run from the first segment to the one with
+``finalsegment: true`` (legacy: ``splittotalcnt`` segments) is complete, in any arrival order and
+with either index base (a run starting at 1 is only complete if its first fragment is the start
+of the ``data`` document, otherwise segment 0 is awaited), then forwards one record holding the
+whole event. Duplicate segments are dropped; a missing segment is never guessed: when the input
+ends (:meth:`CesAssembler.flush`) or more than ``max_pending_segments`` are held, the held
+segments of the oldest incomplete event become dead letters (and so do segments of that event
+arriving later). It also forwards a ``UPD`` whose key
+changed (``pkkey`` differs from the key columns of ``old``) as two records, the delete and the
+create half, which the translator pairs back into one update with ``key_changed`` (or emits
+separately with ``--no-pairing``), exactly like Debezium's delete + create of a key change.
+
+:class:`CesDecoder` (inside :class:`~debezium_bridge.decode.Decoder`, which detects CES by its
+``type``, or by the Avro encoding of ``specversion`` ``"1.0"``) turns one whole event into a
+``ChangeEvent``: ``INS`` → ``c``, ``UPD`` → ``u``, ``DEL`` → ``d``; ``old``/``current`` (``"{}"``
+= no image) and ``pkkey`` values converted back through ``cols[].type``
+(:func:`debezium_bridge.ces.sqlrender.parser`); ``time`` → commit time; ``commitlsn`` (or the
+logicalid's second part) → ``commit_lsn``; ``sequencenumber`` (or the logicalid's third part) →
+``tx.total_order``; ``beginlsn`` → ``tx.begin_lsn``; ``tx.id`` = the commit LSN (Debezium's
+transaction id); ``tx.data_collection_order`` = the event's ordinal among the events of the same
+transaction and table this decoder saw (derived; CES has no such field).
+
+CES has no change LSN. So that the events of one transaction keep their order and are never
+taken for duplicates or for the two halves of one key change, ``change_lsn`` is the sequence
+number written as an LSN in VLF 0 (``00000000:00000000:0001`` for sequencenumber 1) — no real log
+record has VLF 0 — and ``event_serial_no`` is 1 for ``INS``/``DEL`` and 2 for ``UPD`` (Debezium's
+numbering: an update is a CDC 3+4 row pair); the halves of a key change get 1 and 2 (Debezium's
+delete + create of a primary-key update).
+
+Accepted revisions: MF-26 (``segmentindex``/``finalsegment``, compact ``data``), MF-25
+(``splitindex``/``splittotalcnt``, pretty ``data``, no ``transaction``: the commit LSN and the
+sequence number then come from ``logicalid``), ``datacontenttype`` ``application/json`` or
+``application/avro-json`` (or anything else), ``\\/`` escapes, and the tolerant cases of the
+non-conformant README illustration (``data`` as a JSON object, ``"old": null``, no
+``logicalid`` when ``transaction`` is there).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import msgspec
+
+from debezium_bridge.ces import avro as ces_avro
+from debezium_bridge.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.ces.options import DEFAULT_OPTIONS, CesOptions
+from debezium_bridge.ces.sqlrender import Parse, parse_type, parser
+from debezium_bridge.decode.envelope import Envelope, Source, Transaction, build_event
+from debezium_bridge.dlq import DeadLetter
+from debezium_bridge.errors import DecodeError, EnvelopeError, RecordError
+from debezium_bridge.lsn import LsnFormatError, normalize_lsn
+from debezium_bridge.model import ChangeEvent, SideRecord, TableRef, TxRef
+from debezium_bridge.records import RawRecord
+
+HALF_HEADER = "debezium-bridge.ces.half"
+"""Header :class:`CesAssembler` puts on the two halves of a key-changing ``UPD``
+(``delete`` / ``create``)."""
+CES_TYPE_PREFIX = "com.microsoft.SQL.CES."
+_OPS = {"INS": "c", "UPD": "u", "DEL": "d"}
+_SERIALS = {"c": 1, "d": 1, "u": 2}
+
+_json_decode = msgspec.json.decode
+_json_encode = msgspec.json.Encoder().encode
+
+
+class SegmentError(RecordError):
+    """A CES event whose segments cannot be reassembled (a segment is missing)."""
+
+    stage = "ces-assemble"
+
+
+# --------------------------------------------------------------------------- envelope access
+
+
+def is_ces(value: bytes | None) -> bool:
+    """Cheap test: does this Kafka value look like a CES event (JSON or Avro)?"""
+    if not value:
+        return False
+    first = value[0]
+    if first == 0x06:
+        return value[:4] == ces_avro.AVRO_MAGIC
+    if first != 0x7B and first not in b" \t\r\n":  # "{" or leading whitespace
+        return False
+    return value.find(b"com.microsoft.SQL.CES.", 0, 600) >= 0  # "type" is the 2nd attribute
+
+
+def parse_envelope(value: bytes) -> dict[str, Any]:
+    """The envelope of a CES event as a dict (``data``: str, bytes or, non-conformant, an
+    object). Raises :class:`DecodeError`."""
+    if value[:4] == ces_avro.AVRO_MAGIC:
+        return ces_avro.decode_envelope(value)
+    try:
+        doc = _json_decode(value)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise DecodeError(f"invalid CES JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise DecodeError("CES event is not a JSON object")
+    return doc  # type: ignore[no-any-return]
+
+
+def _segment_info(doc: Mapping[str, Any]) -> tuple[int, bool, int | None]:
+    """(index, final, legacy total or None) of an event or segment."""
+    if "segmentindex" in doc or "finalsegment" in doc:
+        index = doc.get("segmentindex")
+        final = doc.get("finalsegment")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0 \
+                or not isinstance(final, bool):
+            raise EnvelopeError("CES segmentindex/finalsegment missing or not int/boolean")
+        return index, final, None
+    if "splitindex" in doc or "splittotalcnt" in doc:  # MF-25 (A1)
+        index = doc.get("splitindex", 0)
+        total = doc.get("splittotalcnt", 0)
+        if not isinstance(index, int) or not isinstance(total, int) or index < 0 or total < 0:
+            raise EnvelopeError("CES splitindex/splittotalcnt not non-negative integers")
+        return index, total <= 1, (None if total <= 1 else total)
+    return 0, True, None
+
+
+def _data_text(doc: Mapping[str, Any]) -> Any:
+    return doc.get("data")
+
+
+def _starts_document(fragment: Any) -> bool:
+    """Is this ``data`` (text or Avro bytes) the start of a whole ``Data`` document?"""
+    if isinstance(fragment, str):
+        head = fragment.lstrip()[:40]
+        return head.startswith("{") and '"eventsource"' in head
+    if isinstance(fragment, bytes | bytearray):
+        try:
+            ces_avro.decode_data(bytes(fragment))
+        except RecordError:
+            return False
+        return True
+    return isinstance(fragment, dict)
+
+
+def parse_data(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``data`` of a whole event as a dict (JSON text, Avro bytes or an object)."""
+    data = doc.get("data")
+    if isinstance(data, str):
+        try:
+            parsed = _json_decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise DecodeError(f"CES data is not JSON (an incomplete segment?): {exc}") from exc
+    elif isinstance(data, bytes | bytearray):
+        parsed, _ = ces_avro.decode_data(bytes(data))
+    elif isinstance(data, dict):
+        parsed = data  # non-conformant: an object instead of a string
+    else:
+        raise EnvelopeError("CES event without data")
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("eventsource"), dict) \
+            or not isinstance(parsed.get("eventrow"), dict):
+        raise EnvelopeError("CES data lacks eventsource/eventrow")
+    return parsed  # type: ignore[no-any-return]
+
+
+def parse_row(text: Any) -> dict[str, Any] | None:
+    """``old``/``current`` → ``{column: text | None}``; ``"{}"`` and null → ``None``."""
+    if text is None:
+        return None
+    row = text
+    if isinstance(text, str):
+        if text == "{}":
+            return None
+        try:
+            row = _json_decode(text)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise DecodeError(f"CES row is not JSON: {exc}") from exc
+    if not isinstance(row, dict):
+        raise EnvelopeError("CES row image is not a JSON object")
+    return row or None
+
+
+def _text_of(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return repr(value)
+    return _json_encode(value).decode()
+
+
+# --------------------------------------------------------------------------- assembler
+
+
+class _Parts:
+    __slots__ = ("final_index", "parts", "total")
+
+    def __init__(self) -> None:
+        self.parts: dict[int, tuple[RawRecord, dict[str, Any]]] = {}
+        self.final_index: int | None = None
+        self.total: int | None = None
+
+    def complete(self) -> list[int] | None:
+        """The indices forming the whole event, or ``None`` while incomplete."""
+        indices = sorted(self.parts)
+        low = indices[0]
+        if self.total is not None:  # legacy: splittotalcnt segments
+            if len(indices) == self.total and indices[-1] - low + 1 == self.total:
+                return indices
+            return None
+        if self.final_index is None or indices[-1] != self.final_index \
+                or len(indices) != self.final_index - low + 1:
+            return None
+        if low == 0:
+            return indices
+        if low == 1:  # base 1, or base 0 with segment 0 still to come?
+            first = _data_text(self.parts[1][1])
+            if isinstance(first, bytes | bytearray):  # Avro: only the whole Data decodes
+                joined = b"".join(self.parts[i][1].get("data") or b"" for i in indices)
+                return indices if _starts_document(joined) else None
+            if _starts_document(first):
+                return indices
+        return None
+
+
+@dataclass(slots=True)
+class AssemblerCounters:
+    """``records_in = passed + assembled + absorbed + duplicates + dead_letters + held``."""
+
+    records_in: int = 0
+    passed: int = 0
+    assembled: int = 0
+    absorbed: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    held: int = 0
+    split_updates: int = 0
+    """Key-changing UPDs forwarded as two records (each adds one forwarded record)."""
+
+    @property
+    def balanced(self) -> bool:
+        return self.records_in == (self.passed + self.assembled + self.absorbed
+                                   + self.duplicates + self.dead_letters + self.held)
+
+    def as_dict(self) -> dict[str, int | bool]:
+        return {**asdict(self), "balanced": self.balanced}
+
+    def summary(self) -> str:
+        return (f"ces input: records_in={self.records_in} = passed={self.passed} + "
+                f"assembled={self.assembled} + absorbed={self.absorbed} + "
+                f"duplicates={self.duplicates} + dead_letters={self.dead_letters} + "
+                f"held={self.held} [{'balanced' if self.balanced else 'NOT BALANCED'}] "
+                f"split_updates={self.split_updates}")
+
+
+class CesAssembler:
+    """Reassembles CES segments and splits key-changing updates (module docstring)."""
+
+    def __init__(self, options: CesOptions | None = None) -> None:
+        self.options = options or DEFAULT_OPTIONS
+        self.counters = AssemblerCounters()
+        self._pending: OrderedDict[str, _Parts] = OrderedDict()
+        self._completed: OrderedDict[str, None] = OrderedDict()
+        self._expired: OrderedDict[str, str] = OrderedDict()
+        self._dead: list[DeadLetter] = []
+
+    def feed(self, record: RawRecord) -> list[RawRecord]:
+        """Records for the translator (none while a segmented event is incomplete)."""
+        counters = self.counters
+        counters.records_in += 1
+        if not is_ces(record.value):
+            counters.passed += 1
+            return [record]
+        try:
+            doc = parse_envelope(record.value or b"")
+            index, final, total = _segment_info(doc)
+        except RecordError:
+            counters.passed += 1  # the decoder reports it as a dead letter
+            return [record]
+        logical_id = doc.get("logicalid")
+        single = final and total is None and index <= 1 and (
+            index == 0 or _starts_document(_data_text(doc)))
+        if not isinstance(logical_id, str) or (single and logical_id not in self._pending):
+            counters.passed += 1
+            return self._split_update(record, doc)
+        if logical_id in self._completed:
+            counters.duplicates += 1
+            return []
+        if logical_id in self._expired:  # its event was already reported incomplete
+            counters.dead_letters += 1
+            self._dead.append(DeadLetter.of(SegmentError(self._expired[logical_id], record),
+                                            record))
+            return []
+        parts = self._pending.get(logical_id)
+        if parts is None:
+            parts = self._pending[logical_id] = _Parts()
+        if index in parts.parts:
+            counters.duplicates += 1
+            return []
+        parts.parts[index] = (record, doc)
+        counters.held += 1
+        if final:
+            parts.final_index = index
+        if total is not None:
+            parts.total = total
+        indices = parts.complete()
+        if indices is None:
+            self._enforce_bound()
+            return []
+        del self._pending[logical_id]
+        self._remember(logical_id)
+        counters.held -= len(indices)
+        counters.assembled += 1
+        counters.absorbed += len(indices) - 1
+        return self._split_update(*self._join(parts, indices, record))
+
+    def _join(self, parts: _Parts, indices: list[int],
+              last: RawRecord) -> tuple[RawRecord, dict[str, Any]]:
+        first = parts.parts[indices[0]][1]
+        fragments = [parts.parts[i][1].get("data") for i in indices]
+        doc = {k: v for k, v in first.items() if k not in ("splitindex", "splittotalcnt")}
+        doc["segmentindex"] = indices[0]
+        doc["finalsegment"] = True
+        if all(isinstance(f, bytes | bytearray) for f in fragments):
+            doc["data"] = b"".join(fragments)  # type: ignore[arg-type]
+            value = ces_avro.encode_envelope(doc)
+        elif all(isinstance(f, str) for f in fragments):
+            text = "".join(fragments)  # type: ignore[arg-type]
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a producer cut a surrogate pair: rejoin the halves
+                text = text.encode("utf-16", "surrogatepass").decode("utf-16")
+            doc["data"] = text
+            value = _json_encode(doc)
+        else:
+            raise EnvelopeError("CES segments mix data types")
+        return RawRecord(last.topic, last.partition, last.offset, last.timestamp, last.key,
+                         value, last.headers), doc
+
+    def _split_update(self, record: RawRecord, doc: dict[str, Any]) -> list[RawRecord]:
+        if doc.get("operation") != "UPD":
+            return [record]
+        try:
+            data = parse_data(doc)
+            pkkey = data["eventsource"].get("pkkey") or []
+            old = parse_row(data["eventrow"].get("old"))
+        except (RecordError, KeyError, AttributeError):
+            return [record]  # the decoder reports it
+        if not old or not pkkey:
+            return [record]
+        try:
+            changed = any(_text_of(old.get(p["columnname"])) != p["value"]
+                          for p in pkkey if p["columnname"] in old)
+        except (KeyError, TypeError):
+            return [record]
+        if not changed:
+            return [record]
+        self.counters.split_updates += 1
+        return [msgspec.structs.replace(record, headers=(*record.headers, (HALF_HEADER, half)))
+                for half in (b"delete", b"create")]
+
+    def _remember(self, logical_id: str) -> None:
+        limit = self.options.completed_memory
+        if not limit:
+            return
+        self._completed[logical_id] = None
+        if len(self._completed) > limit:
+            self._completed.popitem(last=False)
+
+    def _enforce_bound(self) -> None:
+        while self.counters.held > self.options.max_pending_segments and self._pending:
+            self._expire(next(iter(self._pending)), "more than max_pending_segments held")
+
+    def _expire(self, logical_id: str, why: str) -> None:
+        parts = self._pending.pop(logical_id)
+        indices = sorted(parts.parts)
+        expected = (f"{parts.total} (splittotalcnt)" if parts.total is not None else
+                    f"final index {parts.final_index}" if parts.final_index is not None
+                    else "no final segment seen")
+        message = (f"CES logicalid {logical_id}: segments {indices} of an incomplete event "
+                   f"({expected}; {why}); a missing segment is reported, not guessed")
+        for index in indices:
+            raw = parts.parts[index][0]
+            self._dead.append(DeadLetter.of(SegmentError(message, raw), raw))
+        self.counters.held -= len(indices)
+        self.counters.dead_letters += len(indices)
+        if self.options.completed_memory:
+            self._expired[logical_id] = message
+            if len(self._expired) > self.options.completed_memory:
+                self._expired.popitem(last=False)
+
+    def flush(self) -> None:
+        """End of input: every incomplete event becomes dead letters."""
+        while self._pending:
+            self._expire(next(iter(self._pending)), "input ended")
+
+    def drain_dead(self) -> list[DeadLetter]:
+        dead, self._dead = self._dead, []
+        return dead
+
+    @property
+    def pending_segments(self) -> int:
+        return self.counters.held
+
+
+# --------------------------------------------------------------------------- decoder
+
+
+_TIME_RE = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:\d{2})?",
+    re.I)
+_EPOCH = dt.date(1970, 1, 1).toordinal()
+
+
+def epoch_ms(text: str) -> int:
+    """Milliseconds since the epoch of an RFC 3339 time (``Z``/offset; none = UTC)."""
+    m = _TIME_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise EnvelopeError(f"CES time is not an RFC 3339 timestamp: {text!r:.40}")
+    try:
+        days = dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3))).toordinal() - _EPOCH
+    except ValueError as exc:
+        raise EnvelopeError(f"CES time {text!r:.40}: {exc}") from exc
+    seconds = days * 86400 + int(m.group(4)) * 3600 + int(m.group(5)) * 60 + int(m.group(6))
+    ms = int((m.group(7) or "0")[:3].ljust(3, "0"))
+    zone = (m.group(8) or "Z").upper()
+    if zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds * 1000 + ms
+
+
+def synthetic_change_lsn(sequence: int) -> str:
+    """The change LSN given to CES events (module docstring): the sequence number in VLF 0."""
+    return f"00000000:{sequence >> 16:08x}:{sequence & 0xFFFF:04x}"
+
+
+def _logical_id_parts(logical_id: Any) -> tuple[str | None, int | None]:
+    """(commit LSN in Debezium form, sequence number) from ``<guid>:<LSN20>:<SEQ20>``."""
+    if not isinstance(logical_id, str):
+        return None, None
+    parts = logical_id.rsplit(":", 2)
+    if len(parts) != 3 or len(parts[1]) != 20 or not parts[2].isdigit():
+        return None, None
+    try:
+        h = bytes.fromhex(parts[1]).hex()
+    except ValueError:
+        return None, None
+    return f"{h[:8]}:{h[8:16]}:{h[16:]}", int(parts[2])
+
+
+class _CesRows:
+    """Row texts of one ``cols`` list → canonical rows (the ``RowDecoderLike`` of build_event)."""
+
+    __slots__ = ("absent_unavailable", "names", "parsers")
+
+    def __init__(self, columns: tuple[CesColumn, ...], absent_unavailable: bool) -> None:
+        self.names = tuple(c.name for c in columns)
+        self.parsers: dict[str, Parse] = {}
+        for column in columns:
+            try:
+                self.parsers[column.name] = parser(parse_type(column.type))
+            except RecordError:
+                self.parsers[column.name] = str
+        self.absent_unavailable = absent_unavailable
+
+    def value(self, name: str, text: Any) -> Any:
+        text = _text_of(text)
+        if text is None:
+            return None
+        parse = self.parsers.get(name)
+        if parse is None:
+            return text  # a column not listed in cols (non-conformant): kept as text
+        try:
+            return parse(text)
+        except RecordError as exc:
+            exc.message = f"column {name!r}: {exc.message}"
+            raise
+
+    def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        out: dict[str, Any] = {}
+        absent: list[str] = []
+        for name in self.names:
+            if name in row:
+                out[name] = self.value(name, row[name])
+            else:
+                out[name] = None
+                absent.append(name)
+        for name, text in row.items():
+            if name not in out:
+                out[name] = self.value(name, text)
+        return out, tuple(absent) if self.absent_unavailable else ()
+
+
+class CesDecoder:
+    """One whole CES event → :class:`ChangeEvent` (module docstring). Registers each event's
+    ``cols`` with ``catalog`` so CES output can write them again."""
+
+    def __init__(self, options: CesOptions | None = None,
+                 catalog: ColumnCatalog | None = None) -> None:
+        self.options = options or DEFAULT_OPTIONS
+        self.catalog = catalog
+        self._rows: dict[tuple[Any, ...], _CesRows] = {}
+        self._orders: OrderedDict[str, dict[str, dict[int, int]]] = OrderedDict()
+
+    def decode(self, record: RawRecord, doc: dict[str, Any] | None = None
+               ) -> ChangeEvent | SideRecord:
+        """Raises :class:`RecordError` subclasses (dead letters at the translator)."""
+        try:
+            return self._decode(record, doc)
+        except RecordError as exc:
+            if exc.record is None:
+                exc.record = record
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise EnvelopeError(f"malformed CES event: {type(exc).__name__}: {exc}",
+                                record) from exc
+
+    def _decode(self, record: RawRecord, doc: dict[str, Any] | None) -> ChangeEvent | SideRecord:
+        if doc is None:
+            doc = parse_envelope(record.value or b"")
+        kind = doc.get("type")
+        if not (isinstance(kind, str) and kind.startswith(CES_TYPE_PREFIX)):
+            raise EnvelopeError(f"not a CES event: type {kind!r:.60}")
+        index, final, _ = _segment_info(doc)
+        if not final or index > 1:
+            raise EnvelopeError(f"CES segment {index} (final={final}) of logicalid "
+                                f"{doc.get('logicalid')}: segments must be reassembled first "
+                                "(debezium_bridge.ces.decode.CesAssembler)")
+        operation = doc.get("operation")
+        op = _OPS.get(operation) if isinstance(operation, str) else None
+        if op is None:
+            raise EnvelopeError(f"unknown CES operation {operation!r:.20}")
+        data = parse_data(doc)
+        source = data["eventsource"]
+        row_data = data["eventrow"]
+        db, schema, table = source.get("db"), source.get("schema"), source.get("tbl")
+        if not all(isinstance(x, str) for x in (db, schema, table)):
+            raise EnvelopeError("CES eventsource lacks db/schema/tbl")
+        columns = self._columns(source.get("cols"))
+        rows = self._rows_for(columns)
+        if self.catalog is not None and columns:
+            self.catalog.add(TableRef(db, schema, table), columns)
+        # transaction
+        transaction = source.get("transaction")
+        lid_commit, lid_sequence = _logical_id_parts(doc.get("logicalid"))
+        commit = begin = None
+        sequence = lid_sequence
+        if isinstance(transaction, dict):
+            commit = transaction.get("commitlsn")
+            begin = transaction.get("beginlsn")
+            if isinstance(transaction.get("sequencenumber"), int):
+                sequence = transaction["sequencenumber"]
+        commit = commit or lid_commit
+        if not isinstance(commit, str) or sequence is None:
+            raise EnvelopeError("CES event without commit LSN and sequence number "
+                                "(neither transaction nor logicalid)")
+        if sequence < 1:
+            raise EnvelopeError(f"CES sequencenumber {sequence} < 1")
+        try:
+            commit_text = normalize_lsn(commit)[1]
+            begin_text = normalize_lsn(begin)[1] if isinstance(begin, str) else None
+        except LsnFormatError as exc:
+            raise EnvelopeError(str(exc)) from exc
+        time = doc.get("time")
+        if not isinstance(time, str) and isinstance(transaction, dict):
+            time = transaction.get("committime")
+        ts_ms = epoch_ms(time) if isinstance(time, str) else None
+        # images and key
+        old = parse_row(row_data.get("old"))
+        current = parse_row(row_data.get("current"))
+        key = self._key(source.get("pkkey") or [], rows)
+        half = record.header(HALF_HEADER)
+        old_key = None
+        if old and key:
+            old_key = {name: rows.value(name, old.get(name)) for name in key}
+            if any(name not in old for name in key):
+                old_key = None
+        if op == "u" and old_key is not None and old_key != key and half is None:
+            raise EnvelopeError("CES UPD changes the primary key: it must pass "
+                                "debezium_bridge.ces.decode.CesAssembler (which splits it "
+                                "into its delete and create halves)")
+        if op == "u" and half == b"delete":
+            op, current, key = "d", None, old_key or key
+        elif op == "u" and half == b"create":
+            op, old = "c", None
+        if op == "c":
+            old = None  # an INS has no before image (a non-conformant "old" is ignored)
+        elif op == "d":
+            current = None
+        table_id = f"{db}.{schema}.{table}"
+        change = synthetic_change_lsn(sequence)
+        serial = 2 if half == b"create" and op == "c" else _SERIALS[op]  # key change: 1 and 2
+        envelope = Envelope(
+            before=old, after=current,
+            source=Source(version=None, connector="sqlserver", name=self.options.source_name,
+                          ts_ms=ts_ms, snapshot="false", db=db, schema=schema, table=table,
+                          change_lsn=change, commit_lsn=commit_text, event_serial_no=serial),
+            op=op, ts_ms=None,
+            transaction=Transaction(id=commit_text or "", total_order=sequence,
+                                    data_collection_order=self._order(commit_text or "",
+                                                                      table_id, sequence)))
+        event = build_event(envelope, record, key, rows, None, rows.names or None)
+        if isinstance(event, ChangeEvent) and event.tx is not None and begin_text:
+            tx = event.tx
+            event.tx = TxRef(tx.id, tx.total_order, tx.data_collection_order, begin_text)
+        return event
+
+    def _columns(self, cols: Any) -> tuple[CesColumn, ...]:
+        if not isinstance(cols, list):
+            return ()
+        out = []
+        for position, col in enumerate(cols):
+            if not isinstance(col, dict) or not isinstance(col.get("name"), str):
+                raise EnvelopeError("CES cols entry without a name")
+            index = col.get("index")
+            out.append(CesColumn(col["name"], str(col.get("type") or "nvarchar(max)").lower(),
+                                 index if isinstance(index, int) else position))
+        return tuple(out)
+
+    def _rows_for(self, columns: tuple[CesColumn, ...]) -> _CesRows:
+        cache_key = (columns, self.options.absent_columns)
+        rows = self._rows.get(cache_key)
+        if rows is None:
+            if len(self._rows) > 4096:
+                self._rows.clear()
+            rows = self._rows[cache_key] = _CesRows(
+                columns, self.options.absent_columns == "unavailable")
+        return rows
+
+    @staticmethod
+    def _key(pkkey: Any, rows: _CesRows) -> dict[str, Any]:
+        if not isinstance(pkkey, list):
+            raise EnvelopeError("CES pkkey is not an array")
+        key: dict[str, Any] = {}
+        for item in pkkey:
+            if not isinstance(item, dict) or not isinstance(item.get("columnname"), str):
+                raise EnvelopeError("CES pkkey entry without columnname")
+            key[item["columnname"]] = rows.value(item["columnname"], item.get("value"))
+        return key
+
+    def _order(self, commit: str, table_id: str, sequence: int) -> int:
+        """Derived ``data_collection_order``: ordinal of the event among the events of the same
+        transaction and table seen so far (a re-sent event keeps its number)."""
+        tables = self._orders.get(commit)
+        if tables is None:
+            tables = self._orders[commit] = {}
+            if len(self._orders) > 4096:
+                self._orders.popitem(last=False)
+        seen = tables.setdefault(table_id, {})
+        order = seen.get(sequence)
+        if order is None:
+            order = seen[sequence] = len(seen) + 1
+        return order
+
+
+def data_of_event(value: bytes) -> dict[str, Any]:
+    """Envelope + parsed data of one whole event (tests and tools)."""
+    doc = parse_envelope(value)
+    out = dict(doc)
+    out["data"] = parse_data(doc)
+    if isinstance(doc.get("data"), bytes):
+        out["data_base64"] = base64.b64encode(doc["data"]).decode()
+    return out

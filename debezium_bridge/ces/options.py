@@ -1,0 +1,158 @@
+"""Every switch of the CES encoder and decoder, with the default the reference gives.
+
+SQL Server 2025 Change Event Streaming documents its wire format only partly
+(``../shared/reference/ces.md`` §1.5, §1.7, §6). Each choice the documentation leaves open is
+an option here; the default is the resolution in the reference's §6 table (the "A" numbers in
+the comments) or its §1.7 best guess. Nothing here changes what a documented field means.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+import msgspec
+
+from debezium_bridge.errors import ConfigError
+
+MIN_MESSAGE_KB, MAX_MESSAGE_KB = 128, 1024
+"""``@max_message_size_kb`` bounds of ``sys.sp_create_event_stream_group`` (SP-CREATE)."""
+
+PartitionKeyScheme = Literal["None", "Table", "Column", "StreamGroup"]
+
+
+class CesOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How CES events are written (encoder) and read (decoder).
+
+    CLI flags are ``--ces-<name with dashes>``; config-file keys ``ces_<name>``.
+    """
+
+    # -- envelope and segmentation -------------------------------------------------------------
+    max_message_size_kb: int = 256
+    """Largest event (whole serialized envelope, UTF-8 bytes) before it is split into segments;
+    128 to 1024 like ``@max_message_size_kb`` (default 256)."""
+    segment_index_base: Literal[0, 1] = 1
+    """Index of the first (or only) segment (A2: the docs' example shows 0, every field
+    observation 1)."""
+    datacontenttype: Literal["application/json", "application/avro-json"] = "application/json"
+    """``datacontenttype`` of JSON-encoded events (A3)."""
+    avro_datacontenttype: str = "application/avro"
+    """``datacontenttype`` of Avro-encoded (``@encoding = Binary``) events: undocumented (A3)."""
+    avro_data_schema: Literal["2026-08", "2025"] = "2026-08"
+    """Avro ``Data`` schema the encoder writes: with ``finalevent`` (MF-26) or without (MF-25).
+    The decoder recognises both."""
+    inner_json: Literal["compact", "pretty"] = "compact"
+    """Style of the ``data`` text and the row texts (A6): compact (MF-26) or the legacy pretty
+    style of MF-25 (``data`` indented by 2, rows with ``", "`` / ``": "``)."""
+    envelope_indent: int = 0
+    """Indentation of the envelope JSON; 0 writes one line (a Kafka value), 2 reproduces the
+    MS Learn examples byte for byte."""
+    escape_slashes: bool = True
+    """Write ``/`` as ``\\/`` at every JSON level (A7; the examples do it in the envelope)."""
+    ascii_only: bool = False
+    """Escape non-ASCII characters as ``\\uXXXX`` (undocumented; default: raw UTF-8)."""
+    logical_id_guid: str | None = None
+    """First part of ``logicalid`` (A10, undocumented). Default: per source database,
+    ``uuid5(NAMESPACE_URL, "mssql://<source.name>/<db>")``."""
+    ids: Literal["deterministic", "random"] = "deterministic"
+    """``id`` per segment (A11): ``uuid5`` of ``logicalid:segmentindex`` (replays give the same
+    ids), or random ``uuid4`` like the examples."""
+    content_type_header: bool = False
+    """Add the Kafka header ``content-type: application/cloudevents+json; charset=UTF-8``
+    (JSON encoding only; A16, CloudEvents Kafka binding structured mode)."""
+
+    # -- which events and which columns --------------------------------------------------------
+    key_changes: Literal["update", "delete-insert"] = "update"
+    """A merged primary-key change: one ``UPD`` (A18, default) or ``DEL`` + ``INS`` with
+    consecutive sequence numbers."""
+    snapshot_rows: Literal["insert", "skip"] = "insert"
+    """Debezium snapshot rows (``op r``): ``INS`` events, or dropped (CES never snapshots)."""
+    include_old_values: bool = True
+    """``@include_old_values`` (SP-ADD, default 1): ``old`` holds the before image of UPD/DEL;
+    false writes ``"{}"`` (A4)."""
+    include_old_lob_values: bool = False
+    """``@include_old_lob_values`` (SP-ADD, default 0): LOB columns of a *known* ``(max)`` type
+    are left out of ``old`` (A13). Columns whose type was guessed are never treated as LOBs."""
+    include_all_columns: bool = True
+    """``@include_all_columns`` (SP-ADD, default 1); false lists and writes only the changed
+    columns (and the key columns) of updates."""
+    unsupported_columns: Literal["omit", "include"] = "omit"
+    """Columns of types CES does not stream (xml, text, ntext, image, rowversion, sql_variant,
+    geography, geometry, json, vector, UDTs) are left out (CFG), or written as text anyway."""
+    max_column_kb: int = 1024
+    """CES truncates column values above 1 MB (CFG); the limit applies to the UTF-8 text of the
+    value (binary: to the bytes), cut at a character boundary. 0 turns truncation off."""
+    begin_lsn: Literal["first-change", "change", "commit"] = "first-change"
+    """``transaction.beginlsn`` when the record does not carry it (Debezium has no begin LSN):
+    the lowest ``change_lsn`` seen for the commit, the record's own ``change_lsn``, or the
+    commit LSN. Snapshot rows (no ``change_lsn``) always use the commit LSN."""
+
+    # -- value strings (§1.7; only int, (n)varchar, datetime and datetime2 are documented) ----
+    nulls: Literal["null", "omit"] = "null"
+    """SQL NULL in ``old``/``current``: JSON ``null``, or the column left out (A15)."""
+    bit: Literal["numeric", "boolean"] = "numeric"
+    """``bit`` as ``"1"``/``"0"`` (CAST) or ``"true"``/``"false"``."""
+    binary: Literal["hex", "base64"] = "hex"
+    """(var)binary as ``0x`` + upper-case hex (CONVERT style 1) or standard base64."""
+    uniqueidentifier: Literal["upper", "as-is"] = "upper"
+    """``uniqueidentifier`` upper-case like SQL Server's CAST, or as the record has it."""
+    floats: Literal["shortest", "plain"] = "shortest"
+    """float/real as the shortest text that round-trips (``1e+16``), or without exponent."""
+    money_scale: Literal[4, 2] = 4
+    """money/smallmoney fraction digits: 4 (exact) or 2 (CONVERT style 0, rounded; lossy)."""
+    smalldatetime: Literal["seconds", "milliseconds"] = "seconds"
+    """smalldatetime as ``yyyy-MM-dd HH:mm:ss`` (style 120) or with ``.000`` (style 121)."""
+    datetimeoffset: Literal["sql", "iso"] = "sql"
+    """datetimeoffset as ``2025-03-14 16:45:01.1234567 +01:00`` (CAST) or ISO 8601
+    (``2025-03-14T16:45:01.1234567+01:00``)."""
+
+    # -- Kafka record key (A16) ----------------------------------------------------------------
+    partition_key_scheme: PartitionKeyScheme = "None"
+    """``@partition_key_scheme``: ``None`` (null key, round-robin), ``Table``
+    (``<schema>.<table>``; CES uses an internal id), ``Column`` (the value of
+    ``partition_key_column``), ``StreamGroup`` (the ``stream_group`` name)."""
+    partition_key_column: str | None = None
+    """Column whose value is the key with the ``Column`` scheme."""
+    stream_group: str = "ces"
+    """Stream group name: the key with ``StreamGroup``, and the default output topic."""
+
+    # -- decoder -------------------------------------------------------------------------------
+    source_name: str = "ces"
+    """``source.name`` of canonical records decoded from CES (CES has no connector name)."""
+    absent_columns: Literal["unavailable", "null"] = "unavailable"
+    """A column listed in ``cols`` but absent from ``old``/``current``: not sent (reported in
+    ``unavailable_columns``, like Debezium's LOB placeholder) or NULL."""
+    max_pending_segments: int = 10_000
+    """Segments held while their event is incomplete; beyond this the oldest incomplete event
+    is reported (dead letters) instead of waiting."""
+    completed_memory: int = 100_000
+    """``logicalid``s of assembled events remembered, so late duplicate segments are dropped."""
+
+    def __post_init__(self) -> None:
+        if not MIN_MESSAGE_KB <= self.max_message_size_kb <= MAX_MESSAGE_KB:
+            raise ConfigError(f"ces max_message_size_kb must be {MIN_MESSAGE_KB}..{MAX_MESSAGE_KB}"
+                              f", got {self.max_message_size_kb}")
+        if not 0 <= self.envelope_indent <= 8:
+            raise ConfigError("ces envelope_indent must be 0..8")
+        if self.max_column_kb < 0:
+            raise ConfigError("ces max_column_kb must not be negative")
+        if self.logical_id_guid is not None:
+            try:
+                uuid.UUID(self.logical_id_guid)
+            except ValueError as exc:
+                raise ConfigError(f"ces logical_id_guid is not a GUID: "
+                                  f"{self.logical_id_guid!r}") from exc
+        if self.partition_key_scheme == "Column" and not self.partition_key_column:
+            raise ConfigError("ces partition_key_scheme Column needs partition_key_column")
+        if self.max_pending_segments < 1 or self.completed_memory < 0:
+            raise ConfigError("ces max_pending_segments must be >= 1, completed_memory >= 0")
+        if not self.avro_datacontenttype or not self.stream_group or not self.source_name:
+            raise ConfigError("ces avro_datacontenttype, stream_group and source_name "
+                              "must not be empty")
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.max_message_size_kb * 1024
+
+
+DEFAULT_OPTIONS = CesOptions()
