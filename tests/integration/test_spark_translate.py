@@ -170,3 +170,23 @@ def test_ces_and_debezium_outputs_in_spark(spark: Any) -> None:
     assert_demo_feed([json.loads(to_json(c)) for c in again], expected)
     with pytest.raises(ConfigError, match="snapshot_rows"):
         TranslateConfig(outputs=("ces",), ces=CesOptions(snapshot_rows="insert"))
+
+
+def test_parse_canonical_gives_typed_rows_when_the_schema_is_known(spark: Any) -> None:
+    from debezium_bridge.schema import table_from_connect
+    from debezium_bridge.spark.rows import parse_canonical
+
+    records, expected = demo()
+    envelope = json.loads(next(r.value for r in records if r.value and r.offset == 0))
+    after = next(f for f in envelope["schema"]["fields"] if f["field"] == "after")
+    table = table_from_connect(after)
+    out = translate(spark.createDataFrame(kafka_rows(records), KAFKA_SCHEMA))
+    typed = parse_canonical(out, table, key_columns=("id",))
+    fields = {f.name: f.dataType.simpleString() for f in typed.schema["after"].dataType.fields}
+    assert fields["id"] == "int" and fields["name"] == "string"
+    assert fields["balance"] == "string", "decimals keep their exact canonical text"
+    rows = typed.collect()
+    assert len(rows) == len(expected.changes)
+    merged = next(r for r in rows if r.key_changed)
+    assert (merged.old_key.id, merged.key.id) == (4, expected.changes[7].key["id"])
+    assert merged.before.balance == "0.00" and merged.position.event_serial_no == 2
