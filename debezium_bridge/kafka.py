@@ -23,6 +23,7 @@ from debezium_bridge.errors import BridgeError
 from debezium_bridge.records import RawRecord
 
 _PR_SET_PDEATHSIG = 1
+_ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -107,8 +108,10 @@ def create_topics(bootstrap_servers: str, partitions: Mapping[str, int],
 
 
 def produce(bootstrap_servers: str, records: Iterable[RawRecord],
-            settings: Mapping[str, str] | None = None) -> list[RawRecord]:
-    """Produce ``records`` to their own topic and partition, in order; returns them with the
+            settings: Mapping[str, str] | None = None, *, keep_partitions: bool = True
+            ) -> list[RawRecord]:
+    """Produce ``records`` to their own topic, in order, and to their own partition (or, with
+    ``keep_partitions=False``, the default partitioner's); returns them with the partitions,
     offsets and timestamps the broker assigned (from delivery reports)."""
     from confluent_kafka import KafkaException, Producer
 
@@ -131,7 +134,8 @@ def produce(bootstrap_servers: str, records: Iterable[RawRecord],
     for r in records:
         while True:
             try:
-                producer.produce(r.topic, value=r.value, key=r.key, partition=r.partition,
+                producer.produce(r.topic, value=r.value, key=r.key,
+                                 partition=r.partition if keep_partitions else _ANY_PARTITION,
                                  timestamp=r.timestamp or 0, headers=list(r.headers) or None,
                                  on_delivery=reporter(r))
                 break

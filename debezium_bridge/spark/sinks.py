@@ -84,32 +84,18 @@ def _console_sink(frame: Any, batch_id: int) -> None:
 
 def _produce_partition(settings: Mapping[str, str], topic: str | None
                        ) -> Callable[[Iterator[Any]], None]:
-    def produce(rows: Iterator[Any]) -> None:
-        from confluent_kafka import KafkaException, Producer
+    def write(rows: Iterator[Any]) -> None:
+        from debezium_bridge.kafka import produce
+        from debezium_bridge.records import RawRecord
 
-        producer = Producer({"enable.idempotence": "true", "acks": "all"} | dict(settings))
-        failures: list[str] = []
+        records = (RawRecord(topic or row["topic"], 0, None, None, row["key"], row["value"],
+                             tuple((h["key"], h["value"]) for h in row["headers"] or ()))
+                   for row in rows)
+        produce(settings["bootstrap.servers"], records,
+                {"enable.idempotence": "true", "acks": "all"} | dict(settings),
+                keep_partitions=False)
 
-        def report(error: Any, _message: Any) -> None:
-            if error is not None:
-                failures.append(str(error))
-
-        for row in rows:
-            headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
-            while True:
-                try:
-                    producer.produce(topic or row["topic"], value=row["value"], key=row["key"],
-                                     headers=headers or None, on_delivery=report)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-        if producer.flush(120):
-            raise KafkaException("records still unsent after 120 s")
-        if failures:
-            raise KafkaException(f"{len(failures)} records failed: {failures[0]}")
-
-    return produce
+    return write
 
 
 def _kafka_sink(config: SinkConfig, frame: Any, builtin: bool) -> None:

@@ -95,27 +95,20 @@ class _Topology:
             out.extend((name, p) for p in sorted(topic.partitions))
         return out
 
-    def ends(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def _watermarks(self, partitions: Sequence[tuple[str, int]]
+                    ) -> dict[tuple[str, int], tuple[int, int]]:
         from confluent_kafka import TopicPartition
 
-        reported = {}
-        for topic, part in partitions:
-            _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, part),
-                                                          timeout=self.timeout, cached=False)
-            reported[(topic, part)] = high
-        if self.probe:
-            return self._probe(reported)
-        return reported
+        return {(topic, part): self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, part), timeout=self.timeout, cached=False)
+                for topic, part in partitions}
+
+    def ends(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        reported = {tp: high for tp, (_, high) in self._watermarks(partitions).items()}
+        return self._probe(reported) if self.probe else reported
 
     def beginnings(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        from confluent_kafka import TopicPartition
-
-        out = {}
-        for topic, part in partitions:
-            low, _ = self.consumer.get_watermark_offsets(TopicPartition(topic, part),
-                                                         timeout=self.timeout, cached=False)
-            out[(topic, part)] = low
-        return out
+        return {tp: low for tp, (low, _) in self._watermarks(partitions).items()}
 
     def _probe(self, reported: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Fetch from ``reported - 1`` and keep reading until the partition goes quiet."""
