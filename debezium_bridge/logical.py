@@ -65,7 +65,12 @@ def format_unscaled(unscaled: int, scale: int) -> str:
     return "-" + text if unscaled < 0 else text
 
 
+_a2b_base64 = binascii.a2b_base64
+
+
 def _bytes_of(value: Any) -> bytes:
+    if value.__class__ is bytes:
+        return value  # type: ignore[no-any-return]
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
@@ -78,17 +83,23 @@ def _bytes_of(value: Any) -> bytes:
 
 def _decimal_converter(scale: int) -> Converter:
     def convert(value: Any) -> str:
-        if isinstance(value, str | bytes | bytearray | memoryview):
+        if value.__class__ is str:
+            try:  # plain ASCII base64; anything odd gets _bytes_of's checks and messages
+                raw = _a2b_base64(value, strict_mode=True)
+            except ValueError:
+                raw = _bytes_of(value)
+        elif isinstance(value, str | bytes | bytearray | memoryview):
             raw = _bytes_of(value)
-            if not raw:
-                raise ValueConversionError("empty decimal bytes")
-            return format_unscaled(int.from_bytes(raw, "big", signed=True), scale)
-        if isinstance(value, decimal.Decimal):
+        elif isinstance(value, decimal.Decimal):
             return format(value.quantize(decimal.Decimal(1).scaleb(-scale)), "f")
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        elif isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueConversionError(f"expected a decimal, got {type(value).__name__}")
-        # JsonConverter decimal.format=NUMERIC: a JSON number
-        return format(decimal.Decimal(repr(value)).quantize(decimal.Decimal(1).scaleb(-scale)), "f")
+        else:  # JsonConverter decimal.format=NUMERIC: a JSON number
+            return format(decimal.Decimal(repr(value)).quantize(decimal.Decimal(1).scaleb(-scale)),
+                          "f")
+        if not raw:
+            raise ValueConversionError("empty decimal bytes")
+        return format_unscaled(int.from_bytes(raw, "big", signed=True), scale)
 
     return convert
 
@@ -100,47 +111,70 @@ def _variable_decimal(value: Any) -> str:
                            int(value["scale"]))
 
 
-def _fraction(sub: int, unit: int, digits: int) -> str:
+def _fraction_formatter(unit: int, digits: int) -> Callable[[int], str]:
     """``.fff`` for ``sub`` units of ``1/unit`` s, with ``digits`` digits (more if needed)."""
     full = len(str(unit)) - 1
-    text = str(sub).rjust(full, "0")
-    keep = text[:digits] if digits <= full else text + "0" * (digits - full)
-    if digits < full and text[digits:].strip("0"):
-        keep = text.rstrip("0")
-    return "." + keep if keep else ""
+    if digits >= full:
+        padding = "0" * (digits - full)
+        return lambda sub: "." + str(sub).rjust(full, "0") + padding
+    step = 10 ** (full - digits)
+
+    def fraction(sub: int) -> str:
+        kept, dropped = divmod(sub, step)
+        if dropped:  # never drop non-zero digits
+            return "." + str(sub).rjust(full, "0").rstrip("0")
+        return "." + str(kept).rjust(digits, "0") if digits else ""
+
+    return fraction
+
+
+_CLOCK = tuple(f"{minute // 60:02d}:{minute % 60:02d}:" for minute in range(24 * 60 + 1))
+"""``HH:MM:`` of each minute of the day (and 24:00: for the end of the day)."""
+_SECONDS = tuple(f"{second:02d}" for second in range(60))
+
+
+_day_texts: dict[int, str] = {}
+
+
+def _day_text(days: int) -> str:
+    """``YYYY-MM-DD`` of a day number since the epoch, memoised (bounded)."""
+    text = _day_texts.get(days)
+    if text is None:
+        text = dt.date.fromordinal(_EPOCH_ORDINAL + days).isoformat()  # ValueError, OverflowError
+        if len(_day_texts) > 65536:
+            _day_texts.clear()
+        _day_texts[days] = text
+    return text
 
 
 def _time_converter(unit: int, digits: int) -> Converter:
     per_day = 86_400 * unit
+    fraction = _fraction_formatter(unit, digits)
 
     def convert(value: Any) -> str:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueConversionError(f"expected an integer time, got {value!r:.40}")
         if not 0 <= value <= per_day:
             raise ValueConversionError(f"time of day out of range: {value}")
         secs, sub = divmod(value, unit)
-        h, rem = divmod(secs, 3600)
-        m, s = divmod(rem, 60)
-        return f"{h:02d}:{m:02d}:{s:02d}{_fraction(sub, unit, digits)}"
+        return _CLOCK[secs // 60] + _SECONDS[secs % 60] + fraction(sub)
 
     return convert
 
 
 def _timestamp_converter(unit: int, digits: int) -> Converter:
-    per_day = 86_400 * unit
+    fraction = _fraction_formatter(unit, digits)
 
     def convert(value: Any) -> str:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueConversionError(f"expected an integer timestamp, got {value!r:.40}")
-        days, rest = divmod(value, per_day)
+        seconds, sub = divmod(value, unit)
+        days, secs = divmod(seconds, 86_400)
         try:
-            date = dt.date.fromordinal(_EPOCH_ORDINAL + days)
+            date = _day_text(days)
         except (ValueError, OverflowError) as exc:
             raise ValueConversionError(f"timestamp out of range: {value}") from exc
-        secs, sub = divmod(rest, unit)
-        h, rem = divmod(secs, 3600)
-        m, s = divmod(rem, 60)
-        return f"{date.isoformat()}T{h:02d}:{m:02d}:{s:02d}{_fraction(sub, unit, digits)}"
+        return date + "T" + _CLOCK[secs // 60] + _SECONDS[secs % 60] + fraction(sub)
 
     return convert
 
@@ -151,7 +185,7 @@ def _date(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueConversionError(f"expected days since epoch, got {value!r:.40}")
     try:
-        return dt.date.fromordinal(_EPOCH_ORDINAL + value).isoformat()
+        return _day_text(value)
     except (ValueError, OverflowError) as exc:
         raise ValueConversionError(f"date out of range: {value}") from exc
 
@@ -241,73 +275,95 @@ def converter_for(column: Column, binary_mode: BinaryHandlingMode = "bytes") -> 
     return None
 
 
+RowFunction = Callable[[dict[str, Any]], tuple[dict[str, Any], tuple[str, ...]]]
+
+
+def _compile_row_function(schema: TableSchema, placeholder: str,
+                          binary_mode: BinaryHandlingMode) -> RowFunction:
+    """One generated function per table version: a single ``get`` per column that can hold the
+    placeholder or needs a converter, no loop over converter objects.
+
+    Text columns holding the placeholder are reported before binary ones, each in schema order.
+    """
+    constants: dict[str, Any] = {
+        "ValueConversionError": ValueConversionError,
+        "TEXT": placeholder,
+        "BASE64": base64.b64encode(placeholder.encode()).decode("ascii"),
+        "BYTES": placeholder.encode(),
+    }
+    body: list[str] = []
+    for n, column in enumerate(schema.columns):
+        name = repr(column.name)
+        convert = converter_for(column, binary_mode)
+        if convert is not None:
+            constants[f"convert{n}"] = convert
+        if column.connect_type == "string":
+            marker, gone = "value == TEXT", "text_gone"
+        elif column.connect_type == "bytes":
+            marker, gone = "value == BASE64 or value == BYTES", "binary_gone"
+        elif convert is None:
+            continue
+        else:
+            marker = gone = ""
+        body += [f"    value = get({name})", "    if value is not None:"]
+        conversion = [f"column = {name}", f"row[{name}] = convert{n}(value)"]
+        if not marker:
+            body += ["        " + line for line in conversion]
+            continue
+        body += [f"        if {marker}:", f"            row[{name}] = None",
+                 f"            {gone} += ({name},)"]
+        if convert is not None:
+            body += ["        else:", *("            " + line for line in conversion)]
+    source = "\n".join([
+        "def decode(row):",
+        "    get = row.get",
+        "    text_gone = binary_gone = ()",
+        "    column = None",
+        "    try:",
+        *("    " + line for line in body or ["    pass"]),
+        "    except ValueConversionError as exc:",
+        "        exc.message = f'column {column!r}: {exc.message}'",
+        "        raise",
+        "    return row, text_gone + binary_gone",
+        "",
+    ])
+    exec(compile(source, f"<row decoder {schema.name}>", "exec"), constants)
+    return constants["decode"]  # type: ignore[no-any-return]
+
+
 class RowDecoder:
     """Converts row images of one table version to canonical values.
 
     Built once per table version; :meth:`decode` mutates and returns the row dict it is given.
     """
 
-    __slots__ = ("_binary_columns", "_converters", "_placeholder", "_placeholder_b64",
-                 "_placeholder_bytes", "_text_columns", "schema")
+    __slots__ = ("decode", "schema")
 
     def __init__(self, schema: TableSchema, *, placeholder: str = DEFAULT_PLACEHOLDER,
                  binary_mode: BinaryHandlingMode = "bytes") -> None:
         self.schema = schema
-        self._placeholder = placeholder
-        self._placeholder_b64 = base64.b64encode(placeholder.encode()).decode("ascii")
-        self._placeholder_bytes = placeholder.encode()
-        self._converters = tuple(
-            (c.name, conv) for c in schema.columns
-            if (conv := converter_for(c, binary_mode)) is not None
-        )
-        self._text_columns = tuple(c.name for c in schema.columns if c.connect_type == "string")
-        self._binary_columns = tuple(c.name for c in schema.columns if c.connect_type == "bytes")
-
-    def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        self.decode: RowFunction = _compile_row_function(schema, placeholder, binary_mode)
         """Canonical row and the names of unavailable (placeholder) columns."""
-        unavailable: tuple[str, ...] = ()
-        placeholder = self._placeholder
-        values = row.values()
-        # each column scan below only finds something if its marker is among the values at all
-        if self._text_columns and placeholder in values:
-            for name in self._text_columns:
-                if row.get(name) == placeholder:
-                    row[name] = None
-                    unavailable += (name,)
-        if self._binary_columns and (self._placeholder_b64 in values
-                                     or self._placeholder_bytes in values):
-            for name in self._binary_columns:
-                value = row.get(name)
-                if value == self._placeholder_b64 or value == self._placeholder_bytes:
-                    row[name] = None
-                    unavailable += (name,)
-        if not self._converters:
-            return row, unavailable
-        get = row.get
-        for name, convert in self._converters:
-            value = get(name)
-            if value is not None:
-                try:
-                    row[name] = convert(value)
-                except ValueConversionError as exc:
-                    exc.message = f"column {name!r}: {exc.message}"
-                    raise
-        return row, unavailable
 
 
 class SchemalessRowDecoder:
     """Rows without a schema: values pass through; only the LOB placeholder is recognised."""
 
-    __slots__ = ("_markers",)
+    __slots__ = ("_marker_set", "_markers")
 
     def __init__(self, *, placeholder: str = DEFAULT_PLACEHOLDER) -> None:
         self._markers = (placeholder, base64.b64encode(placeholder.encode()).decode("ascii"))
+        self._marker_set = frozenset(self._markers)
 
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-        markers = self._markers
         values = row.values()
-        if markers[0] not in values and markers[1] not in values:
-            return row, ()
+        markers = self._markers
+        try:  # one hashed pass; the usual answer is that no value is a marker
+            if self._marker_set.isdisjoint(values):
+                return row, ()
+        except TypeError:  # an unhashable value (struct, array): compare one by one
+            if markers[0] not in values and markers[1] not in values:
+                return row, ()
         unavailable = tuple(k for k, v in row.items() if v.__class__ is str and v in markers)
         for name in unavailable:
             row[name] = None

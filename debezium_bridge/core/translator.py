@@ -35,7 +35,7 @@ import msgspec
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.decode import Decoder
 from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.errors import ConfigError, RecordError
+from debezium_bridge.errors import ConfigError
 from debezium_bridge.lsn import LsnFormatError, parse_lsn
 from debezium_bridge.model import (
     DEBEZIUM_OPS,
@@ -102,28 +102,16 @@ def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
     return f"{e.table_id or e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
 
 
-_blake2b = hashlib.blake2b
 _ABSENT: Any = object()
-
-
-_ms_texts: dict[int | None, str | None] = {None: None}
-
-
-def _iso_ms(epoch_ms: int | None) -> str | None:
-    """:func:`iso_ms`, memoised per distinct millisecond (bounded)."""
-    text = _ms_texts.get(epoch_ms, _ABSENT)
-    if text is _ABSENT:
-        text = iso_ms(epoch_ms)
-        if len(_ms_texts) > 16384:
-            _ms_texts.clear()
-            _ms_texts[None] = None
-        _ms_texts[epoch_ms] = text
-    return text  # type: ignore[return-value]
+_new_hash = hashlib.blake2b(digest_size=16).copy
+"""A fresh 16-byte BLAKE2b: copying a prepared state is cheaper than calling the constructor."""
 
 
 def _event_id(*parts: bytes) -> str:
     """Deterministic id: the same input event(s) give the same id on every replay."""
-    return hashlib.blake2b(b"\x01".join(parts), digest_size=16).hexdigest()
+    digest = _new_hash()
+    digest.update(b"\x01".join(parts))
+    return digest.hexdigest()
 
 
 def _columns(image: dict[str, Any] | None, order: tuple[str, ...] | None) -> list[str]:
@@ -155,8 +143,9 @@ def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
 class Translator:
     """Turns a stream of Kafka records into canonical change records and dead letters.
 
-    Feed records with :meth:`process`, collect output with :meth:`drain`, and call :meth:`flush`
-    at the end of the input. Not thread-safe; one instance per stream.
+    Feed records with :meth:`process_many` (or :meth:`process`), collect output with
+    :meth:`drain`, and call :meth:`flush` at the end of the input. Not thread-safe; one instance
+    per stream.
     """
 
     def __init__(self, config: TranslatorConfig | None = None,
@@ -176,11 +165,10 @@ class Translator:
         self._groups: dict[GroupKey, list[ChangeEvent]] = {}
         self._group_heap: list[GroupKey] = []
         self._pending_ids: set[Any] = set()
-        self._released_upto: tuple[bytes, bytes] = (b"", b"")
-        self._released_any = False
+        self._released_upto: GroupKey | None = None
         self._tx_expected: dict[bytes, int] = {}
-        self._commit_seen: dict[bytes, int] = {}
-        self._commit_pending: dict[bytes, int] = {}
+        self._commits: dict[bytes, list[int]] = {}
+        """Per commit_lsn with waiting events: [events seen, events still waiting]."""
 
     # -- partitions ---------------------------------------------------------------------------
     def expect(self, partitions: Iterable[TopicPartition]) -> None:
@@ -200,23 +188,26 @@ class Translator:
     # -- input --------------------------------------------------------------------------------
     def process(self, record: KafkaRecord) -> None:
         """Translate one record; results become available through :meth:`drain`."""
-        raw = record if record.__class__ is RawRecord else as_raw_record(record)
+        self.process_many((record,))
+
+    def process_many(self, records: Iterable[KafkaRecord]) -> None:
+        """Translate records in order; results become available through :meth:`drain`."""
         counters = self.counters
-        counters.records_in += 1
-        try:
-            decoded = self.decoder.decode(raw)
-        except RecordError as exc:
-            counters.dead_letters += 1
-            self._dead.append(DeadLetter.of(exc, raw))
-            return
-        except Exception as exc:  # a decoder bug must not stop the stream either
-            counters.dead_letters += 1
-            self._dead.append(DeadLetter.of(exc, raw))
-            return
-        if decoded.__class__ is SideRecord:
-            self._side(decoded)  # type: ignore[arg-type]
-            return
-        self._accept(decoded)  # type: ignore[arg-type]
+        decode = self.decoder.decode
+        accept = self._accept
+        for record in records:
+            raw = record if record.__class__ is RawRecord else as_raw_record(record)
+            counters.records_in += 1
+            try:
+                decoded = decode(raw)
+            except Exception as exc:  # a RecordError, or a decoder bug: neither stops the stream
+                counters.dead_letters += 1
+                self._dead.append(DeadLetter.of(exc, raw))
+                continue
+            if decoded.__class__ is SideRecord:
+                self._side(decoded)  # type: ignore[arg-type]
+            else:
+                accept(decoded)  # type: ignore[arg-type]
 
     def reject(self, dead_letter: DeadLetter) -> None:
         """Account for input the runner could not even read (e.g. a corrupt dump line)."""
@@ -237,7 +228,7 @@ class Translator:
                     commit = parse_lsn(side.tx_id)
                 except LsnFormatError:
                     return
-                if commit in self._commit_pending:
+                if commit in self._commits:
                     self._tx_expected[commit] = side.event_count
                     self._release_ready()
 
@@ -247,6 +238,7 @@ class Translator:
         sort_key = event.sort_key
         op = event.op
         key_id = event.key_id
+        counters = self.counters
         # replay dedupe (module docstring, rule 2; ``ChangeEvent.identity``). Only identities
         # of snapshot rows and keyless events are ever looked up in ``_pending_ids``, so only
         # those are tracked there.
@@ -260,7 +252,7 @@ class Translator:
             if mark is None or sort_key > mark[0]:
                 marks[tp] = (sort_key, {local})
             elif sort_key < mark[0] or local in mark[1]:
-                self.counters.duplicates += 1
+                counters.duplicates += 1
                 return
             else:
                 mark[1].add(local)
@@ -268,10 +260,10 @@ class Translator:
                 tracked = (event.table, sort_key, op, key_id)
         if tracked is not None:
             if tracked in self._recent or tracked in self._pending_ids:
-                self.counters.duplicates += 1
+                counters.duplicates += 1
                 return
             self._recent.add(tracked)
-        commit = sort_key[0]
+        commit, change = sort_key[0], sort_key[1]
         # watermark bookkeeping
         commit_marks = self._commit_marks
         previous = commit_marks.get(tp)
@@ -279,30 +271,34 @@ class Translator:
             commit_marks[tp] = commit
             if previous is None or previous == self._watermark or tp in self._idle:
                 self._watermark = None
-        idle = self._idle
-        if idle:
-            idle.discard(tp)
-        counters = self.counters
-        if self._released_any and (commit, sort_key[1]) <= self._released_upto:
+        if self._idle:
+            self._idle.discard(tp)
+        upto = self._released_upto
+        if upto is not None and (commit < upto[0] or (commit == upto[0] and change <= upto[1])):
             counters.late += 1
             self._emit_group([event])
             return
-        group_key = (commit, sort_key[1], event.table_id or event.table.table_id)
-        groups = self._groups
-        group = groups.get(group_key)
+        group_key = (commit, change, event.table_id or event.table.table_id)
+        group = self._groups.get(group_key)
         if group is None:
-            groups[group_key] = [event]
+            self._groups[group_key] = [event]
             heapq.heappush(self._group_heap, group_key)
         else:
             group.append(event)
         if tracked is not None:
             self._pending_ids.add(tracked)
         counters.pending += 1
-        seen = self._commit_seen
-        seen[commit] = seen.get(commit, 0) + 1
-        waiting = self._commit_pending
-        waiting[commit] = waiting.get(commit, 0) + 1
-        self._release_ready()
+        counts = self._commits.get(commit)
+        if counts is None:
+            self._commits[commit] = [1, 1]
+        else:
+            counts[0] += 1
+            counts[1] += 1
+        # cheap pre-check of the release rule; usually the new event just waits
+        watermark = self._watermark
+        if watermark is None or self._group_heap[0][0] < watermark or self._tx_expected \
+                or counters.pending > self.config.max_pending:
+            self._release_ready()
 
     # -- release ------------------------------------------------------------------------------
     def _current_watermark(self) -> bytes:
@@ -319,21 +315,16 @@ class Translator:
         heap = self._group_heap
         if not heap:
             return
-        watermark = self._watermark
-        if watermark is None:
-            watermark = self._current_watermark()
+        watermark = self._current_watermark()
         counters = self.counters
         tx_expected = self._tx_expected
-        if heap[0][0] >= watermark and not tx_expected \
-                and counters.pending <= self.config.max_pending:
-            return  # nothing to release (the common case while a group waits)
         max_pending = self.config.max_pending
         groups = self._groups
         while heap:
             head = heap[0]
             commit = head[0]
             if commit < watermark or (tx_expected and (expected := tx_expected.get(commit))
-                                      is not None and self._commit_seen[commit] >= expected):
+                                      is not None and self._commits[commit][0] >= expected):
                 pass
             elif counters.pending > max_pending:
                 counters.released_by_pressure += len(groups[head])
@@ -351,28 +342,22 @@ class Translator:
             for e in events:
                 if e.key_id == b"{}" or (e.op == "r" and e.snapshot != "incremental"):
                     pending_ids.discard(e.identity)
+        self._released_upto = group_key
         commit = group_key[0]
-        self._released_upto = (commit, group_key[1])
-        self._released_any = True
-        waiting = self._commit_pending
-        left = waiting[commit] - n
-        if left:
-            waiting[commit] = left
+        counts = self._commits[commit]
+        if counts[1] > n:
+            counts[1] -= n
         else:
-            del waiting[commit]
-            del self._commit_seen[commit]
+            del self._commits[commit]
             if self._tx_expected:
                 self._tx_expected.pop(commit, None)
-        if n == 1:
-            counters.changes_out += 1
-            self._changes.append(self._single(events[0]))
-        else:
-            self._emit_group(events)
+        self.emit(events)
 
     def flush(self) -> None:
         """Release everything still waiting (end of input)."""
-        while self._group_heap:
-            self._release_group(heapq.heappop(self._group_heap))
+        heap = self._group_heap
+        while heap:
+            self._release_group(heapq.heappop(heap))
 
     # -- pairing and output -------------------------------------------------------------------
     def emit(self, events: list[ChangeEvent]) -> None:
@@ -445,17 +430,10 @@ class Translator:
                 changed = _columns(image, e.column_order)
         record = e.record
         seq = e.seq or seq_of(e.sort_key)
-        table_id = e.table_id or e.table.table_id
-        commit_ts = _ms_texts.get(e.source_ts_ms, _ABSENT)
-        if commit_ts is _ABSENT:
-            commit_ts = _iso_ms(e.source_ts_ms)
-        capture_ts = _ms_texts.get(e.ts_ms, _ABSENT)
-        if capture_ts is _ABSENT:
-            capture_ts = _iso_ms(e.ts_ms)
         return ChangeRecord(
             op,
             e.table,
-            table_id,
+            e.table_id or e.table.table_id,
             e.key,
             None,
             False,
@@ -465,14 +443,13 @@ class Translator:
             list(unavailable) if unavailable else [],
             e.position,
             seq,
-            commit_ts,
-            capture_ts,
+            iso_ms(e.source_ts_ms),
+            iso_ms(e.ts_ms),
             e.tx,
             e.snapshot,
             e.source,
             [LineageRef(record.topic, record.partition, record.offset)],
-            _blake2b(f"{table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id,
-                     digest_size=16).hexdigest(),
+            _event_id(_identity_bytes(e, seq)),
         )
 
     def _merged(self, d: ChangeEvent, c: ChangeEvent) -> ChangeRecord:
@@ -533,4 +510,3 @@ class Translator:
             "recent_identities": len(self._recent),
             "open_transactions": len(self._tx_expected),
         }
-

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import fastavro
 import msgspec
 
-from debezium_bridge.decode.envelope import Envelope, build_event
+from debezium_bridge.decode.avro_reader import Projection, compile_reader
+from debezium_bridge.decode.envelope import Envelope, Source, Transaction, build_event
 from debezium_bridge.errors import ConfigError, DecodeError, EnvelopeError, SchemaError
 from debezium_bridge.logical import RowDecoder
 from debezium_bridge.model import ChangeEvent, SideRecord
@@ -226,13 +227,40 @@ class _AvroJsonRows:
         return self._rows.decode(row)
 
 
-class _Compiled:
-    __slots__ = ("columns", "parsed", "rows")
+_ENVELOPE_FIELDS: Projection = {
+    **dict.fromkeys(Envelope.__struct_fields__),
+    "source": dict.fromkeys(Source.__struct_fields__),
+    "transaction": dict.fromkeys(Transaction.__struct_fields__),
+}
+"""What of a Debezium envelope datum becomes the :class:`Envelope` (the rest is not kept)."""
 
-    def __init__(self, parsed: Any, rows: Any, columns: tuple[str, ...] | None) -> None:
+
+def _is_envelope(parsed: Any) -> bool:
+    """A value schema whose datum always has ``op``, so it always becomes an :class:`Envelope`."""
+    return isinstance(parsed, dict) and parsed.get("type") == "record" and any(
+        isinstance(field, dict) and field.get("name") == "op" for field in parsed["fields"])
+
+
+class _Compiled:
+    __slots__ = ("columns", "parsed", "read", "rows")
+
+    def __init__(self, parsed: Any, rows: Any, columns: tuple[str, ...] | None,
+                 keep: Projection | None) -> None:
         self.parsed = parsed
+        self.read = compile_reader(parsed, keep)
         self.rows = rows
         self.columns = columns
+
+
+def _fastavro_read(raw: bytes, parsed: Any) -> tuple[Any, int]:
+    buffer = io.BytesIO(raw)
+    buffer.seek(5)
+    try:
+        datum = fastavro.schemaless_reader(buffer, parsed, None)
+    except Exception as exc:
+        raise DecodeError(f"Avro payload does not match its schema: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    return datum, buffer.tell()
 
 
 class AvroDecoder:
@@ -263,19 +291,17 @@ class AvroDecoder:
         else:
             table = envelope_row_schema(schema)
         rows = decoder._row_decoder(table) if table is not None else decoder._schemaless
-        return _Compiled(parsed, rows, table.column_names if table else None)
+        keep = _ENVELOPE_FIELDS if not key and _is_envelope(parsed) else None
+        return _Compiled(parsed, rows, table.column_names if table else None, keep)
 
     @staticmethod
     def _read(raw: bytes, compiled: _Compiled) -> Any:
-        buffer = io.BytesIO(raw)
-        buffer.seek(5)
         try:
-            datum = fastavro.schemaless_reader(buffer, compiled.parsed, None)
-        except Exception as exc:
-            raise DecodeError(f"Avro payload does not match its schema: "
-                              f"{type(exc).__name__}: {exc}") from exc
-        if buffer.tell() != len(raw):
-            raise DecodeError(f"Avro payload has {len(raw) - buffer.tell()} trailing bytes")
+            datum, end = compiled.read(raw, 5)
+        except Exception:  # odd or broken input: fastavro, the reference, decodes or explains it
+            datum, end = _fastavro_read(raw, compiled.parsed)
+        if end != len(raw):
+            raise DecodeError(f"Avro payload has {len(raw) - end} trailing bytes")
         return datum
 
     @staticmethod

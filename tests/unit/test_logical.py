@@ -132,6 +132,33 @@ def test_row_decoder_marks_unavailable_placeholder():
     assert row == {"id": 1, "n": None} and unavailable == ("n",)
 
 
+def test_row_decoder_reports_text_before_binary_placeholders_and_names_a_bad_column():
+    schema = TableSchema("t", (Column("blob", "bytes"), Column("notes", "string"),
+                               Column("amount", "bytes", DEC, parameters={"scale": "2"})))
+    row, unavailable = RowDecoder(schema).decode({"blob": b"__debezium_unavailable_value",
+                                                  "notes": "__debezium_unavailable_value"})
+    assert row == {"blob": None, "notes": None} and unavailable == ("notes", "blob")
+    with pytest.raises(ValueConversionError, match="column 'amount': invalid base64"):
+        RowDecoder(schema).decode({"amount": "not base64!"})
+    assert RowDecoder(TableSchema("empty", ())).decode({"x": 1}) == ({"x": 1}, ())
+
+
+PLACEHOLDER_B64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
+
+
+@pytest.mark.parametrize("row,expected,gone", [
+    # unhashable values (structs, arrays) take the one-by-one comparison
+    ({"id": 1, "s": {"value": "AQ==", "scale": 2}}, {"id": 1, "s": {"value": "AQ==", "scale": 2}},
+     ()),
+    ({"id": [1], "s": PLACEHOLDER_B64}, {"id": [1], "s": None}, ("s",)),
+    ({"id": 1, "s": "__debezium_unavailable_value", "t": "x"}, {"id": 1, "s": None, "t": "x"},
+     ("s",)),
+    ({"b": b"__debezium_unavailable_value"}, {"b": b"__debezium_unavailable_value"}, ()),
+])
+def test_schemaless_rows_find_the_placeholder_next_to_any_value(row, expected, gone):
+    assert SchemalessRowDecoder().decode(row) == (expected, gone)
+
+
 @pytest.mark.parametrize("text,expected", [
     ("00000027:00000758:0003", "00000027:00000758:0003"),
     ("00000027:00000758:000A", "00000027:00000758:000a"),
