@@ -66,6 +66,8 @@ def test_job_runs_the_golden_case(entry_point: str, kafka_bootstrap: str, spark:
             {"kind": "parquet", "rows": "dead_letters", "path": str(tmp_path / "dlq")},
             {"kind": "kafka", "rows": "all", "formats": ["flat"],
              "options": {"kafka.bootstrap.servers": kafka_bootstrap}},
+            {"kind": "console", "rows": "dead_letters"},
+            {"kind": "foreach_batch", "function": "tests.integration.hooks:record_batch"},
         ],
         "checkpoint": str(tmp_path / "checkpoint"),
         "trigger": "available_now",
@@ -82,12 +84,22 @@ def test_job_runs_the_golden_case(entry_point: str, kafka_bootstrap: str, spark:
     else:
         command = [str(Path(sys.executable).with_name("debezium-bridge")), "spark", "--config",
                    str(config_path), "-X", bootstrap]
-    env = os.environ | {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    hook_log = tmp_path / "hook.jsonl"
+    env = os.environ | {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                        "PYTHONPATH": str(Path(__file__).parents[2]), "HOOK_LOG": str(hook_log)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600,
                             check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     # spark-submit runs the Python driver with its stderr merged into stdout
     assert "[balanced]" in result.stdout + result.stderr
+    # the console sink printed the dead letter; the hook saw every batch's rows
+    assert f"dead_letter\tdlq{suffix}\t" in result.stdout
+    seen = [json.loads(line) for line in hook_log.read_text().splitlines()]
+    key_changes = sum(c.old_key is not None for c in expected.changes)
+    # canonical: one row per change; flat: one per change, two for a key change (SPEC §5.1)
+    flat_rows = len(expected.changes) + key_changes
+    assert sum(b["changes"] for b in seen) == len(expected.changes) + flat_rows
+    assert sum(b["dead_letters"] for b in seen) == expected.corrupt
 
     changes = spark.read.parquet(str(tmp_path / "changes")).collect()
     assert_demo_feed([json.loads(r.value) for r in changes], expected)
