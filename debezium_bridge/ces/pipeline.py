@@ -20,6 +20,7 @@ from debezium_bridge.ces.columns import ColumnCatalog
 from debezium_bridge.ces.decode import CesAssembler, CesDecoder
 from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core import Translator, TranslatorConfig
+from debezium_bridge.core.translator import translate_stream
 from debezium_bridge.decode import Decoder
 from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.model import ChangeRecord
@@ -63,22 +64,12 @@ class Pipeline:
 
     @property
     def has_output(self) -> bool:
-        return bool(self.translator._changes or self.translator._dead or self.assembler._dead)
+        return self.translator.has_output or bool(self.assembler._dead)
 
     def translate(self, records: Iterable[KafkaRecord], *, flush: bool = True
                   ) -> Iterator[ChangeRecord | DeadLetter]:
         """Process ``records`` and yield dead letters and change records as they come."""
-        for record in records:
-            self.process(record)
-            if self.has_output:
-                changes, dead = self.drain()
-                yield from dead
-                yield from changes
-        if flush:
-            self.flush()
-            changes, dead = self.drain()
-            yield from dead
-            yield from changes
+        return translate_stream(self, records, flush=flush)
 
     @property
     def dead_letters(self) -> int:

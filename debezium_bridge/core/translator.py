@@ -28,7 +28,7 @@ import hashlib
 import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -486,20 +486,15 @@ class Translator:
         self._changes, self._dead = [], []
         return changes, dead
 
+    @property
+    def has_output(self) -> bool:
+        """Whether :meth:`drain` would return anything."""
+        return bool(self._changes or self._dead)
+
     def translate(self, records: Iterable[KafkaRecord], *, flush: bool = True
                   ) -> Iterator[ChangeRecord | DeadLetter]:
         """Process ``records`` and yield outputs as they are released (flushing at the end)."""
-        for record in records:
-            self.process(record)
-            if self._changes or self._dead:
-                changes, dead = self.drain()
-                yield from dead
-                yield from changes
-        if flush:
-            self.flush()
-            changes, dead = self.drain()
-            yield from dead
-            yield from changes
+        return translate_stream(self, records, flush=flush)
 
     def state_size(self) -> dict[str, int]:
         """Sizes of the bounded state (for logs, metrics and benchmarks)."""
@@ -510,3 +505,30 @@ class Translator:
             "recent_identities": len(self._recent),
             "open_transactions": len(self._tx_expected),
         }
+
+
+class Stage(Protocol):
+    """Anything that takes records and releases changes and dead letters (a translator, or a
+    translator behind the CES segment assembler)."""
+
+    def process(self, record: KafkaRecord) -> None: ...
+    def flush(self) -> None: ...
+    def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]: ...
+    @property
+    def has_output(self) -> bool: ...
+
+
+def translate_stream(stage: Stage, records: Iterable[KafkaRecord], *, flush: bool = True
+                     ) -> Iterator[ChangeRecord | DeadLetter]:
+    """Feed ``records`` to ``stage``; yield dead letters, then changes, as they come out."""
+    for record in records:
+        stage.process(record)
+        if stage.has_output:
+            changes, dead = stage.drain()
+            yield from dead
+            yield from changes
+    if flush:
+        stage.flush()
+        changes, dead = stage.drain()
+        yield from dead
+        yield from changes
