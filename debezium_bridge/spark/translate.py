@@ -43,7 +43,7 @@ from debezium_bridge.encode.canonical import exploded_rows, flat_rows
 from debezium_bridge.encode.debezium import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.errors import ConfigError, RecordError
 from debezium_bridge.logical import DEFAULT_PLACEHOLDER, BinaryHandlingMode
-from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord
+from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
 from debezium_bridge.records import RawRecord
 
 OUTPUT_COLUMNS = (
@@ -285,13 +285,26 @@ class _Encoder:
         self.config = config
         self.json = msgspec.json.Encoder()
         self.catalog = ColumnCatalog()
+        self.learned: dict[tuple[TableRef, bytes], None] = {}
         self._ces: CesEncoder | None = None
         self._debezium: DebeziumWriter | None = None
 
     def learn(self, event: ChangeEvent, columns: Any) -> None:
         """Register the SQL column types the decode step found for ``event``'s table."""
         if isinstance(columns, bytes):
-            self.catalog.add(event.table, _columns_decoder.decode(columns))
+            self._learn(event.table, columns)
+
+    def _learn(self, table: TableRef, columns: bytes) -> None:
+        self.learned[(table, columns)] = None
+        self.catalog.add(table, _columns_decoder.decode(columns))
+
+    def learned_bytes(self) -> bytes | None:
+        """The table versions learned so far, to keep in state with the events that wait."""
+        return msgspec.msgpack.encode(list(self.learned)) if self.learned else None
+
+    def learn_stored(self, stored: bytes | None) -> None:
+        for table, columns in _learned_decoder.decode(stored) if stored else ():
+            self._learn(table, columns)
 
     def _topic(self, record: ChangeRecord, output: str) -> str:
         source = record.lineage[0].topic if record.lineage else ""
@@ -352,6 +365,7 @@ class _Encoder:
 
 _dead_decoder = msgspec.msgpack.Decoder(DeadLetter)
 _columns_decoder = msgspec.msgpack.Decoder(tuple[CesColumn, ...])
+_learned_decoder = msgspec.msgpack.Decoder(list[tuple[TableRef, bytes]])
 
 
 def _frame(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> Any:
@@ -400,14 +414,16 @@ def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
             yield _dead_rows(frames, encoder)
             return
         watermark = state.getCurrentWatermarkMs()
-        window = WindowState(core, state.get[0] if state.exists else None)
+        stored, learned = state.get if state.exists else (None, None)
+        window = WindowState(core, stored)
+        encoder.learn_stored(learned)  # the column types of the events that waited
         window.add(_events(frames, encoder), watermark)
         window.release(watermark)
         timeout = window.next_timeout_ms()
         if timeout is None:
             state.remove()
         else:
-            state.update((window.dump(),))
+            state.update((window.dump(), encoder.learned_bytes()))
             state.setTimeoutTimestamp(max(timeout, watermark))
         yield _release(window, encoder)
 
@@ -458,7 +474,7 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
     if df.isStreaming:
         staged = staged.withWatermark("clock", config.watermark_delay)
         released = staged.groupBy("bucket").applyInPandasWithState(
-            _streaming_release(config), _RELEASE_SCHEMA, "state binary", "append",
+            _streaming_release(config), _RELEASE_SCHEMA, "state binary, columns binary", "append",
             GroupStateTimeout.EventTimeTimeout)
     else:
         released = staged.groupBy("bucket").applyInPandas(_batch_release(config), _RELEASE_SCHEMA)

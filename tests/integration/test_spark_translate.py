@@ -75,7 +75,8 @@ def test_streaming_pairs_and_dedupes_across_micro_batches(
     options = {"kafka.bootstrap.servers": kafka_bootstrap,
                "subscribe": f"{topic}.batches,{heartbeat.topic}",
                "startingOffsets": "earliest", "maxOffsetsPerTrigger": "4"}
-    config = TranslateConfig(watermark_delay="5 seconds", buckets=4)
+    config = TranslateConfig(watermark_delay="5 seconds", buckets=4,
+                             outputs=("canonical", "ces"))
     checkpoint = str(tmp_path / "ck")
     batches, progress = run_available_now(
         translate(kafka_reader(spark, options, provider="python").load(), config), checkpoint)
@@ -84,8 +85,14 @@ def test_streaming_pairs_and_dedupes_across_micro_batches(
     more, more_progress = run_available_now(
         translate(kafka_reader(spark, options, provider="python").load(), config), checkpoint)
     rows = [r for b in batches + more for r in b]
-    changes = [r for r in rows if r.kind == "change"]
+    changes = [r for r in rows if r.kind == "change" and r.format == "canonical"]
     assert_demo_feed([json.loads(r.value) for r in changes], expected)
+    # events that waited in state (inserts, the delete) keep their table's exact SQL types
+    ces = [json.loads(json.loads(r.value)["data"]) for r in rows if r.format == "ces"]
+    types = {tuple((c["name"], c["type"]) for c in d["eventsource"]["cols"]) for d in ces}
+    assert len(ces) == sum(c.op != "read" for c in expected.changes)  # no snapshot rows in CES
+    assert len(types) == 1, types
+    assert dict(next(iter(types)))["balance"] == "decimal(10,2)"  # samples.CUSTOMERS
     assert_demo_dead_letters(_dead_headers(rows), expected, topic=f"{topic}.batches")
     counters = RunCounters()
     for p in progress + more_progress:
