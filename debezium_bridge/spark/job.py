@@ -27,6 +27,7 @@ from debezium_bridge.errors import BridgeError, ConfigError
 from debezium_bridge.spark.sinks import SinkConfig, batch_writer
 from debezium_bridge.spark.translate import (
     DECODE_COUNTERS,
+    INFORMATIONAL_COUNTERS,
     METRICS_NAME,
     RELEASE_COUNTERS,
     TranslateConfig,
@@ -125,7 +126,7 @@ class RunCounters:
     def balanced(self) -> bool:
         v = self.values
         return v["records_in"] == sum(v[k] for k in DECODE_COUNTERS[1:] + RELEASE_COUNTERS
-                                      if k != "late")
+                                      if k not in INFORMATIONAL_COUNTERS)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.values, "balanced": self.balanced, "batches": self.batches,
@@ -138,7 +139,8 @@ class RunCounters:
                 f"{v['merged']} + duplicates={v['duplicates']} + side_records={v['side_records']}"
                 f" + tombstones={v['tombstones']} + dead_letters={v['dead_letters']} + skipped="
                 f"{v['skipped']} + pending={v['pending']} "
-                f"[{'balanced' if self.balanced else 'NOT BALANCED'}] late={v['late']}; "
+                f"[{'balanced' if self.balanced else 'NOT BALANCED'}] late={v['late']} "
+                f"encode_errors={v['encode_errors']}; "
                 f"state {self.state_rows} buckets / {self.state_bytes} bytes, "
                 f"watermark {self.watermark}")
 

@@ -55,7 +55,11 @@ OUTPUT_COLUMNS = (
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
 DECODE_COUNTERS = ("records_in", "tombstones", "side_records", "skipped", "dead_letters")
-RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "late", "pending")
+RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "late", "pending", "encode_errors")
+INFORMATIONAL_COUNTERS = ("late", "encode_errors")
+"""Not part of the conservation sum: ``late`` events are also in ``changes_out``; an
+``encode_errors`` row is a change that one output format could not hold (a dead-letter row for
+that format; the change itself is counted in ``changes_out``)."""
 _STAGE_SCHEMA = ("bucket int, commit_ms long, clock timestamp, payload binary, columns binary, "
                  + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
 _RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
@@ -286,6 +290,7 @@ class _Encoder:
         self.json = msgspec.json.Encoder()
         self.catalog = ColumnCatalog()
         self.learned: dict[tuple[TableRef, bytes], None] = {}
+        self.encode_errors = 0
         self._ces: CesEncoder | None = None
         self._debezium: DebeziumWriter | None = None
 
@@ -342,6 +347,7 @@ class _Encoder:
             try:
                 items = self._items(record, output)
             except RecordError as exc:  # the format cannot hold this record: a dead letter
+                self.encode_errors += 1
                 raw = RawRecord(lineage.topic, lineage.partition, lineage.offset, None,
                                 self.json.encode(record.key), self.json.encode(record))
                 out.append(self.dead_row(DeadLetter.of(exc, raw, f"encode-{output}")))
@@ -364,6 +370,7 @@ class _Encoder:
 
 
 _dead_decoder = msgspec.msgpack.Decoder(DeadLetter)
+_NO_COUNTS = (0,) * len(RELEASE_COUNTERS)
 _columns_decoder = msgspec.msgpack.Decoder(tuple[CesColumn, ...])
 _learned_decoder = msgspec.msgpack.Decoder(list[tuple[TableRef, bytes]])
 
@@ -381,7 +388,8 @@ def _release(window: WindowState, encoder: _Encoder) -> Any:
     released = sorted(window.drain(), key=lambda record: (record.seq, record.event_id))
     rows = [row for record in released for row in encoder.change_rows(record)]
     c = window.counters
-    return _frame(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending))
+    return _frame(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending,
+                         encoder.encode_errors))
 
 
 def _events(frames: Iterator[Any], encoder: _Encoder) -> list[tuple[ChangeEvent, int]]:
@@ -397,7 +405,7 @@ def _events(frames: Iterator[Any], encoder: _Encoder) -> list[tuple[ChangeEvent,
 
 def _dead_rows(frames: Iterator[Any], encoder: _Encoder) -> Any:
     rows = [encoder.dead_row(_dead_decoder.decode(p)) for frame in frames for p in frame["payload"]]
-    return _frame(rows, (0, 0, 0, 0, 0))
+    return _frame(rows, _NO_COUNTS)
 
 
 def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
@@ -437,7 +445,7 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
         encoder = _Encoder(config)
         bucket = int(frame["bucket"].iloc[0])
         if bucket == CLOCK_BUCKET:
-            return _frame([], (0, 0, 0, 0, 0)).iloc[:0]
+            return _frame([], _NO_COUNTS).iloc[:0]
         if bucket == DEAD_BUCKET:
             return _dead_rows(iter([frame]), encoder)
         window = WindowState(core)
