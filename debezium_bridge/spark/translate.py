@@ -462,7 +462,7 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
     Counters are observed per batch as ``debezium_bridge_decode`` and
     ``debezium_bridge_release``; together ``records_in = changes_out + merged + duplicates +
     side_records + tombstones + dead_letters + skipped + pending``, with ``pending`` the change
-    in waiting events (see :func:`debezium_bridge.spark.metrics.counters`).
+    in waiting events (:class:`debezium_bridge.spark.job.RunCounters` sums them per run).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
