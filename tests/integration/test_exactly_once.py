@@ -89,7 +89,8 @@ def _job_config(tmp: Path, bootstrap: str, topic: str, heartbeat_topic: str) -> 
         "source": {"provider": "python", "options": {
             "subscribe": f"{topic},{heartbeat_topic}", "startingOffsets": "earliest",
             "maxOffsetsPerTrigger": "5000", "kafka.bootstrap.servers": bootstrap}},
-        "translate": {"watermark_delay": f"{DELAY_S} seconds", "buckets": 16},
+        "translate": {"watermark_delay": f"{DELAY_S} seconds", "buckets": 16,
+                      "heartbeat_watermark": True},
         "sinks": [{"kind": "parquet", "rows": "changes", "path": str(tmp / "out")},
                   {"kind": "parquet", "rows": "dead_letters", "path": str(tmp / "dlq")}],
         "checkpoint": str(tmp / "checkpoint"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,22 @@ def test_source_options_are_validated(spark: Any, kafka_bootstrap: str) -> None:
     with pytest.raises(Exception, match="exactly one of 'subscribe' and 'subscribePattern'"):
         kafka_reader(spark, {"kafka.bootstrap.servers": kafka_bootstrap}, provider="python",
                      streaming=False).load().collect()
+
+
+def test_transaction_markers_at_the_end_do_not_stall_the_reader(
+        spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    """A committed transaction ends with a control record: an offset with no message."""
+    from confluent_kafka import Producer
+
+    topic = new_topic(1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+    producer.commit_transaction(30)
+    started = time.monotonic()
+    frame = kafka_reader(spark, _options(kafka_bootstrap, topic), provider="python").load()
+    batches, _ = run_available_now(frame, str(tmp_path / "ck"))
+    assert sorted(r.value for b in batches for r in b) == [f"v{i}".encode() for i in range(5)]
+    assert time.monotonic() - started < 25, "the reader waited for a message that never comes"

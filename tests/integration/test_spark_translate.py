@@ -75,7 +75,7 @@ def test_streaming_pairs_and_dedupes_across_micro_batches(
     options = {"kafka.bootstrap.servers": kafka_bootstrap,
                "subscribe": f"{topic}.batches,{heartbeat.topic}",
                "startingOffsets": "earliest", "maxOffsetsPerTrigger": "4"}
-    config = TranslateConfig(watermark_delay="5 seconds", buckets=4,
+    config = TranslateConfig(watermark_delay="5 seconds", buckets=4, heartbeat_watermark=True,
                              outputs=("canonical", "ces"))
     checkpoint = str(tmp_path / "ck")
     batches, progress = run_available_now(
