@@ -5,18 +5,21 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
 
 1. **Decode** (``mapInArrow``, per Spark partition, no shuffle): every Kafka row becomes a
    decoded event (carried as bytes), a dead letter, or is counted (tombstones, side records).
-   Each event is assigned a bucket by hashing its position group; each Arrow batch also yields
-   one *clock* row carrying the highest commit time it saw (heartbeats count too).
+   Each event is assigned a state bucket by hashing its commit LSN (snapshot rows: table and
+   key); each Arrow batch also yields one *clock* row carrying the highest commit time it saw
+   (and heartbeat times, with ``heartbeat_watermark``).
 2. **Release** (``applyInPandasWithState`` keyed by bucket, streaming; ``applyInPandas``, batch):
    :class:`~debezium_bridge.core.windowed.WindowState` drops replays, pairs key-change halves
    across partitions and micro-batches, and releases what waits once Spark's event-time
    watermark (highest commit time - ``watermark_delay``) passes it. Only clock rows carry the
    watermark column, so Spark never drops a late *event*: the core sees it, emits it unpaired
    and counts it ``late``. State is bounded by the watermark; its size is in the query progress
-   (``stateOperators``) and the counters in ``observedMetrics["debezium_bridge"]``.
+   (``stateOperators``) and the counters in ``observedMetrics`` (``debezium_bridge_decode``,
+   ``debezium_bridge_release``).
 
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
-``kind`` (``change`` | ``dead_letter``), ``event_id``, ``table``, ``op``, ``seq``, ``commit_ts``,
+``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
+``event_id``, ``table``, ``op``, ``seq``, ``commit_ts``,
 ``topic`` (the target topic), ``key``, ``value``, ``headers``, and the source coordinates
 ``source_topic``, ``source_partition``, ``source_offset``.
 """
