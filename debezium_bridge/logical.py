@@ -68,7 +68,8 @@ def format_unscaled(unscaled: int, scale: int) -> str:
 _a2b_base64 = binascii.a2b_base64
 
 
-def _bytes_of(value: Any) -> bytes:
+def bytes_of(value: Any) -> bytes:
+    """Binary from bytes or canonical (strict) base64 text."""
     if value.__class__ is bytes:
         return value  # type: ignore[no-any-return]
     if isinstance(value, bytes | bytearray | memoryview):
@@ -84,12 +85,12 @@ def _bytes_of(value: Any) -> bytes:
 def _decimal_converter(scale: int) -> Converter:
     def convert(value: Any) -> str:
         if value.__class__ is str:
-            try:  # plain ASCII base64; anything odd gets _bytes_of's checks and messages
+            try:  # plain ASCII base64; anything odd gets bytes_of's checks and messages
                 raw = _a2b_base64(value, strict_mode=True)
             except ValueError:
-                raw = _bytes_of(value)
+                raw = bytes_of(value)
         elif isinstance(value, str | bytes | bytearray | memoryview):
-            raw = _bytes_of(value)
+            raw = bytes_of(value)
         elif isinstance(value, decimal.Decimal):
             return format(value.quantize(decimal.Decimal(1).scaleb(-scale)), "f")
         elif isinstance(value, bool) or not isinstance(value, int | float):
@@ -107,7 +108,7 @@ def _decimal_converter(scale: int) -> Converter:
 def _variable_decimal(value: Any) -> str:
     if not isinstance(value, Mapping) or "scale" not in value or "value" not in value:
         raise ValueConversionError("VariableScaleDecimal must be a {scale, value} struct")
-    return format_unscaled(int.from_bytes(_bytes_of(value["value"]), "big", signed=True),
+    return format_unscaled(int.from_bytes(bytes_of(value["value"]), "big", signed=True),
                            int(value["scale"]))
 
 
@@ -202,9 +203,9 @@ def _iso_utc(value: Any) -> str:
 
 def _base64_of_bytes(value: Any) -> str:
     if isinstance(value, str):
-        _bytes_of(value)  # validate
+        bytes_of(value)  # validate
         return value
-    return base64.b64encode(_bytes_of(value)).decode("ascii")
+    return base64.b64encode(bytes_of(value)).decode("ascii")
 
 
 def _binary_text_converter(mode: BinaryHandlingMode) -> Converter | None:

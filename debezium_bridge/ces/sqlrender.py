@@ -41,6 +41,7 @@ import msgspec
 
 from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.errors import ValueConversionError
+from debezium_bridge.logical import bytes_of
 from debezium_bridge.sqltypes import (
     decimal_unscaled,
     float32,
@@ -328,14 +329,10 @@ def _other_renderer(limit: int, stats: RenderStats) -> Render:
 
 
 def _binary_bytes(value: Any) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        try:
-            return binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
-        except (binascii.Error, UnicodeEncodeError) as exc:
-            raise _bad(value, "binary (canonical base64)") from exc
-    raise _bad(value, "binary")
+    try:
+        return bytes_of(value)
+    except ValueConversionError as exc:
+        raise _bad(value, "binary (canonical base64)") from exc
 
 
 def _binary_renderer(style: str, limit: int, stats: RenderStats) -> Render:
