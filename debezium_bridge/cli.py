@@ -27,20 +27,20 @@ from debezium_bridge.config import (
     parse_overrides,
 )
 from debezium_bridge.core import TranslatorConfig
-from debezium_bridge.decode import DecodeOptions, Decoder, load_table_schemas
+from debezium_bridge.decode import Decoder, DecodeSettings, load_table_schemas
 from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
 from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.dumps import DumpFormat, DumpLineError, read_dump, write_lossless
 from debezium_bridge.encode.canonical import View, encode_lines
 from debezium_bridge.encode.debezium import DebeziumOutOptions
 from debezium_bridge.errors import BridgeError, ConfigError
-from debezium_bridge.logical import DEFAULT_PLACEHOLDER, BinaryHandlingMode
+from debezium_bridge.logical import DEFAULT_PLACEHOLDER
 from debezium_bridge.records import RawRecord
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 
 
-class ConvertConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ConvertConfig(DecodeSettings, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Settings of ``debezium-bridge convert`` (file keys = long flag names with ``_``)."""
 
     inputs: tuple[str, ...]
@@ -51,12 +51,6 @@ class ConvertConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
                 "debezium-avro"] = "canonical"
     output: str = "-"
     dlq: str | None = None
-    schema_registry: str | None = None
-    registry: dict[str, str] = msgspec.field(default_factory=dict)
-    avro_schemas: str | None = None
-    table_schemas: str | None = None
-    binary_handling_mode: BinaryHandlingMode = "bytes"
-    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
     pair_key_changes: bool = True
     max_pending: int = 100_000
     dedupe_capacity: int = 1_000_000
@@ -266,11 +260,7 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
             total_bytes += reader.total_bytes or 0
     table_schemas = load_table_schemas(config.table_schemas) if config.table_schemas else {}
     decoder = Decoder(
-        DecodeOptions(
-            unavailable_value_placeholder=config.unavailable_value_placeholder,
-            binary_handling_mode=config.binary_handling_mode,
-            table_schemas=table_schemas,
-        ),
+        config.decode_options(table_schemas),
         AvroDecoder(_resolver(config, avro_subjects)),
     )
     # the pipeline adds CES input (segments, key-changing updates) and the SQL column types

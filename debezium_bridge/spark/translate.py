@@ -39,13 +39,12 @@ from debezium_bridge.ces.encode import CesEncoder
 from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core.translator import TranslatorConfig
 from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
-from debezium_bridge.decode import DecodeOptions, Decoder, load_table_schemas
+from debezium_bridge.decode import DecodeOptions, Decoder, DecodeSettings
 from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
 from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.encode.canonical import exploded_rows, flat_rows
 from debezium_bridge.encode.debezium import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.errors import ConfigError, RecordError
-from debezium_bridge.logical import DEFAULT_PLACEHOLDER, BinaryHandlingMode
 from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
 from debezium_bridge.records import RawRecord
 
@@ -79,7 +78,7 @@ OutputFormat = Literal["canonical", "exploded", "flat", "ces", "debezium"]
 _TYPED_OUTPUTS = frozenset(("ces", "debezium"))
 
 
-class TranslateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class TranslateConfig(DecodeSettings, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """What :func:`translate` produces and how it decodes (file keys = these names)."""
 
     outputs: tuple[OutputFormat, ...] = ("canonical",)
@@ -98,12 +97,6 @@ class TranslateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     output_topic: str = "{topic}.{output}"
     """Target topic; ``{topic}`` = source topic, ``{table}`` = db.schema.table, ``{output}``."""
     dlq_topic: str = "debezium-bridge.dlq"
-    schema_registry: str | None = None
-    registry: dict[str, str] = msgspec.field(default_factory=dict)
-    avro_schemas: str | None = None
-    table_schemas: str | None = None
-    binary_handling_mode: BinaryHandlingMode = "bytes"
-    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
     ces: CesOptions = msgspec.field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
     """CES CloudEvents switches (the ``--ces-*`` options of the CLI). Snapshot rows must be
     skipped here: they are spread over state buckets by key, so they cannot be numbered within
@@ -146,10 +139,7 @@ def _decoder_spec(config: TranslateConfig) -> _DecoderSpec:
         avro = msgspec.json.decode(open(config.avro_schemas, "rb").read())  # noqa: SIM115
     registry = {**config.registry, "url": config.schema_registry} if config.schema_registry \
         else None
-    options = DecodeOptions(
-        unavailable_value_placeholder=config.unavailable_value_placeholder,
-        binary_handling_mode=config.binary_handling_mode,
-        table_schemas=load_table_schemas(config.table_schemas) if config.table_schemas else {})
+    options = config.decode_options()
     typed = config.needs_column_types
     token = hashlib.sha256(msgspec.msgpack.encode([options, avro, registry, typed])).hexdigest()
     return _DecoderSpec(options, avro, registry, typed, token)
