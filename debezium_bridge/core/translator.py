@@ -369,6 +369,11 @@ class Translator:
         else:
             self._emit_group(events)
 
+    def emit_each(self, events: list[ChangeEvent]) -> None:
+        """Emit each event as a change of its own (no pairing), like :meth:`emit` of one."""
+        self.counters.changes_out += len(events)
+        self._changes.extend(map(self._single, events))
+
     def _emit_group(self, events: list[ChangeEvent]) -> None:
         outputs: list[tuple[tuple[int, int, bytes], ChangeRecord]] = []
         if self.config.pair_key_changes and len(events) > 1:

@@ -37,7 +37,6 @@ from debezium_bridge.model import ChangeEvent, ChangeRecord
 from debezium_bridge.records import RawRecord
 
 GroupKey = tuple[str, bytes, bytes]
-_WAITING_OPS = frozenset("dc")
 
 
 def group_key(event: ChangeEvent) -> GroupKey:
@@ -47,11 +46,6 @@ def group_key(event: ChangeEvent) -> GroupKey:
     if event.op == "r" and event.snapshot != "incremental":
         return (table_id, commit, b"r" + event.key_id)
     return (table_id, commit, event.sort_key[1])
-
-
-def _identity(event: ChangeEvent) -> bytes:
-    """What tells a replay from a distinct event inside one position group."""
-    return msgspec.msgpack.encode((event.sort_key[2], event.op, event.key_id))
 
 
 def _arrival_order(item: tuple[ChangeEvent, int]) -> tuple[Any, ...]:
@@ -95,26 +89,32 @@ class WindowState:
         """Take new events with their commit times (epoch ms), in any order."""
         pair = self._emitter.config.pair_key_changes
         counters = self.counters
+        groups = self._groups
+        encode = _encoder.encode
+        ready: list[ChangeEvent] = []
         for event, commit_ms in sorted(events, key=_arrival_order):
             key = group_key(event)
-            group = self._groups.get(key)
+            group = groups.get(key)
             if group is None:
                 if commit_ms < watermark_ms:
                     counters.late += 1
-                    self._emitter.emit([event])
+                    ready.append(event)
                     continue
-                group = self._groups[key] = _Group(commit_ms, [], [])
-            identity = _identity(event)
-            if identity in group.seen:
+                group = groups[key] = _Group(commit_ms, [], [])
+            op = event.op
+            identity = encode((event.sort_key[2], op, event.key_id))
+            seen = group.seen
+            if identity in seen:
                 counters.duplicates += 1
                 continue
-            group.seen.append(identity)
-            if not pair or event.op not in _WAITING_OPS:
-                self._emitter.emit([event])
+            seen.append(identity)
+            if not pair or (op != "d" and op != "c"):
+                ready.append(event)
                 continue
             group.waiting.append(event)
             counters.pending += 1
             self._pair_complete(group)
+        self._emitter.emit_each(ready)
 
     def _pair_complete(self, group: _Group) -> None:
         waiting = group.waiting

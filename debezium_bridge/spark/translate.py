@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -292,6 +292,7 @@ class _Encoder:
         self.encode_errors = 0
         self._ces: CesEncoder | None = None
         self._debezium: DebeziumWriter | None = None
+        self._topics: dict[tuple[str, str, str], str] = {}
 
     def learn(self, event: ChangeEvent, columns: Any) -> None:
         """Register the SQL column types the decode step found for ``event``'s table."""
@@ -312,8 +313,12 @@ class _Encoder:
 
     def _topic(self, record: ChangeRecord, output: str) -> str:
         source = record.lineage[0].topic if record.lineage else ""
-        return self.config.output_topic.format(topic=source, table=record.table_id,
-                                               output=output)
+        key = (source, record.table_id, output)
+        topic = self._topics.get(key)
+        if topic is None:
+            topic = self._topics[key] = self.config.output_topic.format(
+                topic=source, table=record.table_id, output=output)
+        return topic
 
     def _items(self, record: ChangeRecord, output: str
                ) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, Any]]]]:
@@ -352,8 +357,7 @@ class _Encoder:
                 out.append(self.dead_row(DeadLetter.of(exc, raw, f"encode-{output}")))
                 continue
             for row_id, topic, key, value, headers in items:
-                header_rows = [{"key": k, "value": v} for k, v in headers]
-                header_rows.append({"key": "debezium_bridge.event_id", "value": row_id.encode()})
+                header_rows = [*headers, ("debezium_bridge.event_id", row_id.encode())]
                 out.append(("change", output, row_id, record.table_id, record.op, record.seq,
                             record.commit_ts, topic, key, value, header_rows, *tail))
         return out
@@ -363,8 +367,7 @@ class _Encoder:
         r = dead.record
         event_id = hashlib.blake2b(f"{r.topic}\x00{r.partition}\x00{r.offset}".encode(),
                                    digest_size=16).hexdigest()
-        headers = [{"key": k, "value": v} for k, v in out.headers]
-        headers.append({"key": "debezium_bridge.event_id", "value": event_id.encode()})
+        headers = [*out.headers, ("debezium_bridge.event_id", event_id.encode())]
         return ("dead_letter", "dead_letter", event_id, None, None, None, None, out.topic,
                 out.key, out.value, headers, r.topic, r.partition, r.offset)
 
@@ -375,37 +378,88 @@ _columns_decoder = msgspec.msgpack.Decoder(tuple[CesColumn, ...])
 _learned_decoder = msgspec.msgpack.Decoder(list[tuple[TableRef, bytes]])
 
 
-def _frame(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> Any:
+def _columns(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> list[Sequence[Any]]:
+    """Output rows plus the counters row, column by column (in :data:`_RELEASE_COLUMNS` order)."""
+    width = len(_RELEASE_COLUMNS) - len(counts)
+    n = len(rows)
+    stats = ("stats",) + (None,) * (width - 1)
+    if n:
+        transposed = zip(*rows, strict=True)
+        columns: list[Sequence[Any]] = [[*column, last]
+                                        for column, last in zip(transposed, stats, strict=True)]
+    else:
+        columns = [[last] for last in stats]
+    zeros = [0] * n
+    return columns + [[*zeros, count] for count in counts]
+
+
+def _pandas(columns: list[Sequence[Any]]) -> Any:
     import pandas as pd
 
-    width = len(_RELEASE_COLUMNS) - len(counts)
-    data = [row + (0,) * len(counts) for row in rows]
-    data.append(("stats",) + (None,) * (width - 1) + counts)
-    return pd.DataFrame(data, columns=_RELEASE_COLUMNS)
+    return pd.DataFrame(dict(zip(_RELEASE_COLUMNS, columns, strict=True)))
 
 
-def _release(window: WindowState, encoder: _Encoder) -> Any:
+def _arrow(columns: list[Sequence[Any]]) -> Any:
+    import pyarrow as pa
+
+    schema = _arrow_release_schema()
+    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema,
+                                                                      strict=True)],
+                                schema=schema)
+
+
+def _arrow_release_schema() -> Any:
+    import pyarrow as pa
+
+    global _RELEASE_ARROW_SCHEMA
+    if _RELEASE_ARROW_SCHEMA is None:
+        kinds = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(),
+                 "long": pa.int64(),
+                 "array<struct<key: string, value: binary>>": pa.list_(
+                     pa.struct([("key", pa.string()), ("value", pa.binary())]))}
+        _RELEASE_ARROW_SCHEMA = pa.schema(
+            [(name, kinds[kind]) for name, kind in OUTPUT_COLUMNS]
+            + [(f"n_{name}", pa.int64()) for name in RELEASE_COUNTERS])
+    return _RELEASE_ARROW_SCHEMA
+
+
+_RELEASE_ARROW_SCHEMA: Any = None
+
+
+def _release(window: WindowState, encoder: _Encoder) -> list[Sequence[Any]]:
     released = sorted(window.drain(), key=lambda record: (record.seq, record.event_id))
     rows = [row for record in released for row in encoder.change_rows(record)]
     c = window.counters
-    return _frame(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending,
-                         encoder.encode_errors))
+    return _columns(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending,
+                           encoder.encode_errors))
 
 
-def _events(frames: Iterator[Any], encoder: _Encoder) -> list[tuple[ChangeEvent, int]]:
+def _events(payloads: Iterable[tuple[bytes, int, bytes | None]], encoder: _Encoder
+            ) -> list[tuple[ChangeEvent, int]]:
     events = []
-    for frame in frames:
-        for payload, ms, columns in zip(frame["payload"], frame["commit_ms"], frame["columns"],
-                                        strict=True):
-            event = event_from_bytes(payload)
-            encoder.learn(event, columns)
-            events.append((event, int(ms)))
+    learn = encoder.learn
+    for payload, ms, columns in payloads:
+        event = event_from_bytes(payload)
+        if columns is not None:
+            learn(event, columns)
+        events.append((event, ms))
     return events
 
 
-def _dead_rows(frames: Iterator[Any], encoder: _Encoder) -> Any:
-    rows = [encoder.dead_row(_dead_decoder.decode(p)) for frame in frames for p in frame["payload"]]
-    return _frame(rows, _NO_COUNTS)
+def _pandas_payloads(frames: Iterator[Any]) -> Iterator[tuple[bytes, int, bytes | None]]:
+    for frame in frames:
+        for payload, ms, columns in zip(frame["payload"], frame["commit_ms"].tolist(),
+                                        frame["columns"], strict=True):
+            yield payload, int(ms), columns
+
+
+def _arrow_payloads(table: Any) -> Iterator[tuple[bytes, int, bytes | None]]:
+    return zip(table.column("payload").to_pylist(), table.column("commit_ms").to_pylist(),
+               table.column("columns").to_pylist(), strict=True)
+
+
+def _dead_rows(payloads: Iterable[bytes], encoder: _Encoder) -> list[Sequence[Any]]:
+    return _columns([encoder.dead_row(_dead_decoder.decode(p)) for p in payloads], _NO_COUNTS)
 
 
 def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
@@ -419,13 +473,13 @@ def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
                 pass
             return
         if bucket == DEAD_BUCKET:
-            yield _dead_rows(frames, encoder)
+            yield _pandas(_dead_rows((p for f in frames for p in f["payload"]), encoder))
             return
         watermark = state.getCurrentWatermarkMs()
         stored, learned = state.get if state.exists else (None, None)
         window = WindowState(core, stored)
         encoder.learn_stored(learned)  # the column types of the events that waited
-        window.add(_events(frames, encoder), watermark)
+        window.add(_events(_pandas_payloads(frames), encoder), watermark)
         window.release(watermark)
         timeout = window.next_timeout_ms()
         if timeout is None:
@@ -433,7 +487,7 @@ def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
         else:
             state.update((window.dump(), encoder.learned_bytes()))
             state.setTimeoutTimestamp(max(timeout, watermark))
-        yield _release(window, encoder)
+        yield _pandas(_release(window, encoder))
 
     return release
 
@@ -441,17 +495,17 @@ def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
 def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     core = TranslatorConfig(pair_key_changes=config.pair_key_changes)
 
-    def release(frame: Any) -> Any:
+    def release(table: Any) -> Any:
         encoder = _Encoder(config)
-        bucket = int(frame["bucket"].iloc[0])
+        bucket = table.column("bucket")[0].as_py()
         if bucket == CLOCK_BUCKET:
-            return _frame([], _NO_COUNTS).iloc[:0]
+            return _arrow_release_schema().empty_table()
         if bucket == DEAD_BUCKET:
-            return _dead_rows(iter([frame]), encoder)
+            return _arrow(_dead_rows(table.column("payload").to_pylist(), encoder))
         window = WindowState(core)
-        window.add(_events(iter([frame]), encoder), -(2**62))
+        window.add(_events(_arrow_payloads(table), encoder), -(2**62))
         window.release(2**62)
-        return _release(window, encoder)
+        return _arrow(_release(window, encoder))
 
     return release
 
@@ -486,7 +540,7 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
             _streaming_release(config), _RELEASE_SCHEMA, "state binary, columns binary", "append",
             GroupStateTimeout.EventTimeTimeout)
     else:
-        released = staged.groupBy("bucket").applyInPandas(_batch_release(config), _RELEASE_SCHEMA)
+        released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
     observed = released.observe(
         f"{METRICS_NAME}_release", *(total(f"n_{c}").alias(c) for c in RELEASE_COUNTERS))
     return observed.where(F.col("kind") != "stats").drop(
