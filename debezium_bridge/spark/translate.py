@@ -522,6 +522,26 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     config = config or TranslateConfig()
+    staged = decode_stage(df, config)
+    if df.isStreaming:
+        staged = staged.withWatermark("clock", config.watermark_delay)
+        released = staged.groupBy("bucket").applyInPandasWithState(
+            _streaming_release(config), _RELEASE_SCHEMA, "state binary, columns binary", "append",
+            GroupStateTimeout.EventTimeTimeout)
+    else:
+        released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
+    observed = released.observe(
+        f"{METRICS_NAME}_release", *(F.sum(f"n_{c}").alias(c) for c in RELEASE_COUNTERS))
+    return observed.where(F.col("kind") != "stats").drop(
+        *(f"n_{c}" for c in RELEASE_COUNTERS))
+
+
+def decode_stage(df: Any, config: TranslateConfig) -> Any:
+    """Step 1 of :func:`translate` on its own: one row per decoded event (``bucket``,
+    ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row
+    (benchmarks measure the cost of the steps with it)."""
+    from pyspark.sql import functions as F
+
     spec = _decoder_spec(config)
     buckets = config.buckets
     heartbeats = config.heartbeat_watermark
@@ -531,17 +551,5 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
         for batch in batches:
             yield _decode_batch(batch, decoder, buckets, catalog, heartbeats)
 
-    total = F.sum
-    staged = df.mapInArrow(decode, _STAGE_SCHEMA).observe(
-        f"{METRICS_NAME}_decode", *(total(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
-    if df.isStreaming:
-        staged = staged.withWatermark("clock", config.watermark_delay)
-        released = staged.groupBy("bucket").applyInPandasWithState(
-            _streaming_release(config), _RELEASE_SCHEMA, "state binary, columns binary", "append",
-            GroupStateTimeout.EventTimeTimeout)
-    else:
-        released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
-    observed = released.observe(
-        f"{METRICS_NAME}_release", *(total(f"n_{c}").alias(c) for c in RELEASE_COUNTERS))
-    return observed.where(F.col("kind") != "stats").drop(
-        *(f"n_{c}" for c in RELEASE_COUNTERS))
+    return df.mapInArrow(decode, _STAGE_SCHEMA).observe(
+        f"{METRICS_NAME}_decode", *(F.sum(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
