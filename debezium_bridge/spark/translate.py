@@ -8,7 +8,7 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
    Each event is assigned a state bucket by hashing its commit LSN (snapshot rows: table and
    key); each Arrow batch also yields one *clock* row carrying the highest commit time it saw
    (and heartbeat times, with ``heartbeat_watermark``).
-2. **Release** (``applyInPandasWithState`` keyed by bucket, streaming; ``applyInPandas``, batch):
+2. **Release** (``applyInPandasWithState`` keyed by bucket, streaming; ``applyInArrow``, batch):
    :class:`~debezium_bridge.core.windowed.WindowState` drops replays, pairs key-change halves
    across partitions and micro-batches, and releases what waits once Spark's event-time
    watermark (highest commit time - ``watermark_delay``) passes it. Only clock rows carry the
