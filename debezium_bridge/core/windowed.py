@@ -101,7 +101,7 @@ class WindowState:
                     ready.append(event)
                     continue
                 group = groups[key] = _Group(commit_ms, [], [])
-            op = event.op
+            op = event.op  # a replay repeats serial, op and key inside its position group
             identity = encode((event.sort_key[2], op, event.key_id))
             seen = group.seen
             if identity in seen:

@@ -26,6 +26,7 @@ The result has one row per output record, Kafka-ready, for changes and dead lett
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import warnings
@@ -410,22 +411,16 @@ def _arrow(columns: list[Sequence[Any]]) -> Any:
                                 schema=schema)
 
 
+@functools.cache
 def _arrow_release_schema() -> Any:
+    """:data:`_RELEASE_SCHEMA` as an Arrow schema."""
     import pyarrow as pa
 
-    global _RELEASE_ARROW_SCHEMA
-    if _RELEASE_ARROW_SCHEMA is None:
-        kinds = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(),
-                 "long": pa.int64(),
-                 "array<struct<key: string, value: binary>>": pa.list_(
-                     pa.struct([("key", pa.string()), ("value", pa.binary())]))}
-        _RELEASE_ARROW_SCHEMA = pa.schema(
-            [(name, kinds[kind]) for name, kind in OUTPUT_COLUMNS]
-            + [(f"n_{name}", pa.int64()) for name in RELEASE_COUNTERS])
-    return _RELEASE_ARROW_SCHEMA
-
-
-_RELEASE_ARROW_SCHEMA: Any = None
+    kinds = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "long": pa.int64(),
+             "array<struct<key: string, value: binary>>": pa.list_(
+                 pa.struct([("key", pa.string()), ("value", pa.binary())]))}
+    return pa.schema([(name, kinds[kind]) for name, kind in OUTPUT_COLUMNS]
+                     + [(f"n_{name}", pa.int64()) for name in RELEASE_COUNTERS])
 
 
 def _release(window: WindowState, encoder: _Encoder) -> list[Sequence[Any]]:
