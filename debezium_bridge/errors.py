@@ -2,7 +2,7 @@
 
 Bad input never travels through the hot path as an exception: decoders raise these inside a
 record's processing, the translator catches them at the record boundary and turns them into
-:class:`~debezium_bridge.dlq.DeadLetter` data.
+:class:`~debezium_bridge.model.dead_letter.DeadLetter` data.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from debezium_bridge.records import KafkaRecord
+    from debezium_bridge.model.records import KafkaRecord
 
 
 class BridgeError(Exception):

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from debezium_bridge.errors import BridgeError
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.records import RawRecord
 
 _PR_SET_PDEATHSIG = 1
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose

@@ -2,7 +2,7 @@
 
 Rules (SPEC §4), in the order they apply to each input record:
 
-1. **Decode** (:mod:`debezium_bridge.decode`); failures become dead letters, tombstones and side
+1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters, tombstones and side
    records are counted and dropped.
 2. **Replay dedupe.** Per Kafka partition, Debezium emits events in position order, and a restart
    re-sends a suffix with the same ``source``. So an event whose position is below its partition's
@@ -33,11 +33,9 @@ from typing import Any, Protocol
 import msgspec
 
 from debezium_bridge.core.counters import Counters
-from debezium_bridge.decode import Decoder
-from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.lsn import LsnFormatError, parse_lsn
-from debezium_bridge.model import (
+from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.model.change import (
     DEBEZIUM_OPS,
     ChangeEvent,
     ChangeRecord,
@@ -47,7 +45,9 @@ from debezium_bridge.model import (
     iso_ms,
     seq_of,
 )
-from debezium_bridge.records import KafkaRecord, RawRecord, as_raw_record
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.lsn import LsnFormatError, parse_lsn
+from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
 
 TopicPartition = tuple[str, int]
 GroupKey = tuple[bytes, bytes, str]

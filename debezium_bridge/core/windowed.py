@@ -33,8 +33,8 @@ import msgspec
 
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.translator import Translator, TranslatorConfig
-from debezium_bridge.model import ChangeEvent, ChangeRecord
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.change import ChangeEvent, ChangeRecord
+from debezium_bridge.model.records import RawRecord
 
 GroupKey = tuple[str, bytes, bytes]
 

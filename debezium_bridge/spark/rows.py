@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from debezium_bridge.schema import Column, TableSchema
+from debezium_bridge.model.schema import Column, TableSchema
 
 _SPARK_TYPES = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint",
                 "float32": "float", "float64": "double", "boolean": "boolean",

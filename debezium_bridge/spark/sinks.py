@@ -86,7 +86,7 @@ def _produce_partition(settings: Mapping[str, str], topic: str | None
                        ) -> Callable[[Iterator[Any]], None]:
     def write(rows: Iterator[Any]) -> None:
         from debezium_bridge.kafka import produce
-        from debezium_bridge.records import RawRecord
+        from debezium_bridge.model.records import RawRecord
 
         records = (RawRecord(topic or row["topic"], 0, None, None, row["key"], row["value"],
                              tuple((h["key"], h["value"]) for h in row["headers"] or ()))

@@ -401,7 +401,7 @@ def kafka_reader(spark: Any, options: Mapping[str, str], *, provider: str = "aut
 
 
 def kafka_rows(records: Iterator[Any] | Sequence[Any]) -> list[tuple[Any, ...]]:
-    """:class:`~debezium_bridge.records.RawRecord`-like records as rows of the Kafka schema (for
+    """:class:`~debezium_bridge.model.records.RawRecord`-like records as rows of the Kafka schema (for
     ``spark.createDataFrame(rows, KAFKA_SCHEMA)``)."""
     return [(r.key, r.value, r.topic, r.partition, r.offset,
              datetime.fromtimestamp(r.timestamp / 1000, UTC) if r.timestamp is not None else None,

@@ -37,19 +37,23 @@ from typing import Any, Literal
 
 import msgspec
 
-from debezium_bridge.ces.columns import CesColumn, ColumnCatalog
-from debezium_bridge.ces.encode import CesEncoder
-from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core.translator import TranslatorConfig
 from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
-from debezium_bridge.decode import DecodeOptions, Decoder, DecodeSettings
-from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.encode.canonical import exploded_rows, flat_rows
-from debezium_bridge.encode.debezium import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.errors import ConfigError, RecordError
-from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.canonical import exploded_rows, flat_rows
+from debezium_bridge.formats.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.avro import (
+    AvroDecoder,
+    FileSchemaResolver,
+    RegistrySchemaResolver,
+)
+from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder, DecodeSettings
+from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import RawRecord
 
 OUTPUT_COLUMNS = (
     ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),

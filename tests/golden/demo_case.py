@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from debezium_bridge.samples import DemoExpectation
+from debezium_bridge.testing.simulator import DemoExpectation
 
 
 def _text(key: Mapping[str, Any] | None) -> str:

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from debezium_bridge.ces.encode import CesEncoder
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.encode.canonical import to_dict
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.canonical import to_dict
+from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.model.records import RawRecord
 from tests.paths import SHARED_DATA
 from tests.unit.ces_support import events, run
 

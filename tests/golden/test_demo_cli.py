@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from debezium_bridge.cli import main
-from debezium_bridge.dumps import write_lossless
-from debezium_bridge.samples import demo
+from debezium_bridge.formats.dumps import write_lossless
+from debezium_bridge.testing.simulator import demo
 from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, assert_demo_feed
 
 

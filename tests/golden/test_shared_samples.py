@@ -110,18 +110,18 @@ import fastavro
 import pytest
 
 from debezium_bridge.core.translator import Translator
-from debezium_bridge.decode import DecodeOptions, Decoder
-from debezium_bridge.decode.avro import (
+from debezium_bridge.formats.canonical import flat_rows, to_dict
+from debezium_bridge.formats.debezium.avro import (
     AvroDecoder,
     FileSchemaResolver,
     envelope_row_schema,
     unwrap_avro_json,
 )
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.encode.canonical import flat_rows, to_dict
-from debezium_bridge.model import ChangeEvent, ChangeRecord, SideKind, SideRecord
-from debezium_bridge.records import RawRecord
-from debezium_bridge.schema import table_from_connect
+from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder
+from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.schema import table_from_connect
 from tests.paths import SHARED_DATA
 
 DATA = SHARED_DATA

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from debezium_bridge.kafka import create_topics, produce
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import bulk_corpus
+from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.translate import OUTPUT_SCHEMA
+from debezium_bridge.testing.simulator import bulk_corpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from debezium_bridge.kafka import create_topics, produce
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import demo
-from debezium_bridge.spark.demo import _heartbeat
+from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.job import load_job_config
+from debezium_bridge.testing.demo import _heartbeat
+from debezium_bridge.testing.simulator import demo
 from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, assert_demo_feed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

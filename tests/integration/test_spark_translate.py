@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core.translator import Translator
-from debezium_bridge.encode.canonical import to_json
+from debezium_bridge.formats.canonical import to_json
+from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.kafka import create_topics, produce
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import demo
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark import KAFKA_SCHEMA, TranslateConfig, kafka_reader, kafka_rows, translate
-from debezium_bridge.spark.demo import _heartbeat
 from debezium_bridge.spark.job import RunCounters
+from debezium_bridge.testing.demo import _heartbeat
+from debezium_bridge.testing.simulator import demo
 from tests.golden.demo_case import assert_demo_counters, assert_demo_dead_letters, assert_demo_feed
 from tests.integration.streams import run_available_now
 
@@ -152,8 +152,8 @@ def test_streaming_restart_keeps_waiting_halves_in_state(
 def test_ces_and_debezium_outputs_in_spark(spark: Any) -> None:
     """CES events validate against the JSON Schemas (one UPD for the key change); the Debezium
     envelopes decode with the core's own decoder back to the same canonical changes."""
-    from debezium_bridge.ces.schema import validate_events
     from debezium_bridge.errors import ConfigError
+    from debezium_bridge.testing.ces_schema import validate_events
 
     records, expected = demo()
     config = TranslateConfig(outputs=("canonical", "ces", "debezium"))
@@ -180,7 +180,7 @@ def test_ces_and_debezium_outputs_in_spark(spark: Any) -> None:
 
 
 def test_parse_canonical_gives_typed_rows_when_the_schema_is_known(spark: Any) -> None:
-    from debezium_bridge.schema import table_from_connect
+    from debezium_bridge.model.schema import table_from_connect
     from debezium_bridge.spark.rows import parse_canonical
 
     records, expected = demo()

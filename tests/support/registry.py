@@ -3,7 +3,7 @@
 :class:`SchemaRegistryServer` answers the REST calls confluent-kafka's ``SchemaRegistryClient``
 makes (register, look up, fetch by id, subjects and versions, global config) on
 ``127.0.0.1:<free port>`` from a daemon thread, optionally behind HTTP basic auth. Its
-:meth:`~SchemaRegistryServer.register` is a :data:`~debezium_bridge.encode.debezium.
+:meth:`~SchemaRegistryServer.register` is a :data:`~debezium_bridge.formats.debezium.encode.
 SchemaRegistrar`, so sample traffic can be produced with ids the server knows::
 
     with SchemaRegistryServer(credentials=("user", "pass")) as registry:

@@ -6,17 +6,17 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from debezium_bridge.ces.encode import CesEncoder
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.ces.pipeline import Pipeline
-from debezium_bridge.ces.schema import validate_events
 from debezium_bridge.core import TranslatorConfig
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.encode.canonical import to_dict
-from debezium_bridge.encode.debezium import DebeziumEncoder, TableSpec
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import KafkaRecord, RawRecord
-from debezium_bridge.sqltypes import ConnectorModes, SqlColumn
+from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.formats.canonical import to_dict
+from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.encode import DebeziumEncoder, TableSpec
+from debezium_bridge.formats.debezium.sqltypes import ConnectorModes, SqlColumn
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import KafkaRecord, RawRecord
+from debezium_bridge.testing.ces_schema import validate_events
 
 PROPAGATE = ConnectorModes(propagate_source_types=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.records import RawRecord
 
 TOPIC = "server1.testDB.dbo.customers"
 

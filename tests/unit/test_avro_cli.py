@@ -3,7 +3,7 @@
 The registry is :class:`tests.support.registry.SchemaRegistryServer` (standard library HTTP on
 127.0.0.1), so this is a unit-tier test. The Avro demo traffic is produced with the server's
 ``register`` as the samples' registrar, so its records carry ids the server knows. Expected values
-come from :class:`~debezium_bridge.samples.DemoExpectation` (derived from the simulation inputs)
+come from :class:`~debezium_bridge.testing.simulator.DemoExpectation` (derived from the simulation inputs)
 and from converting the json-schema encoding of the same demo, never from hard-coded output.
 
 The two encodings partition differently (Kafka's partitioner hashes the key *bytes*, which differ
@@ -25,9 +25,9 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
 
 from debezium_bridge.cli import main
-from debezium_bridge.dumps import write_lossless
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import _DEMO_ROWS, DemoExpectation, demo
+from debezium_bridge.formats.dumps import write_lossless
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.testing.simulator import _DEMO_ROWS, DemoExpectation, demo
 from tests.support.registry import (
     SchemaRegistryServer,
     schema_registry_fixture,  # noqa: F401  (fixture ``schema_registry``)

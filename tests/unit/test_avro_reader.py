@@ -10,7 +10,7 @@ import fastavro
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from debezium_bridge.decode.avro_reader import compile_reader
+from debezium_bridge.formats.debezium.avro_reader import compile_reader
 
 _names = itertools.count()
 

@@ -30,10 +30,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from debezium_bridge.core.translator import Translator
-from debezium_bridge.decode import Decoder
-from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.records import Header, RawRecord
+from debezium_bridge.formats.debezium.avro import AvroDecoder, FileSchemaResolver
+from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import Header, RawRecord
 
 TOPIC = "server1.testDB.dbo.customers"
 PARTITION = 3

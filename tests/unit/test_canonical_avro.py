@@ -8,10 +8,10 @@ import json
 import fastavro
 
 from debezium_bridge.core import Translator
-from debezium_bridge.encode.canonical import to_dict
-from debezium_bridge.encode.debezium import InMemoryRegistry
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.samples import demo_traffic
+from debezium_bridge.formats.canonical import to_dict
+from debezium_bridge.formats.debezium.encode import InMemoryRegistry
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.testing.simulator import demo_traffic
 from tests.paths import ROOT
 
 

@@ -16,10 +16,10 @@ from typing import Any
 import fastavro
 import pytest
 
-from debezium_bridge.ces import avro as ces_avro
-from debezium_bridge.ces.encode import CesEncoder
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.samples import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
+from debezium_bridge.formats.ces import avro as ces_avro
+from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.testing.simulator import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
 from tests.paths import ROOT, SHARED_DATA
 from tests.unit.ces_support import PROPAGATE, as_records, ces_values, events, run
 

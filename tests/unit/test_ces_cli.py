@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from debezium_bridge.cli import main
-from debezium_bridge.dumps import write_lossless
-from debezium_bridge.samples import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
+from debezium_bridge.formats.dumps import write_lossless
+from debezium_bridge.testing.simulator import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
 from tests.support.registry import SchemaRegistryServer
 from tests.unit.ces_support import PROPAGATE, events
 
@@ -232,7 +232,7 @@ def test_debezium_flags_and_value_output(demo_dump, tmp_path) -> None:
 
 
 def _options(**kw: Any) -> Any:
-    from debezium_bridge.ces.options import CesOptions
+    from debezium_bridge.formats.ces.options import CesOptions
 
     return CesOptions(**kw)
 

@@ -1,4 +1,4 @@
-"""CES decoder and segment assembler (``debezium_bridge.ces.decode``).
+"""CES decoder and segment assembler (``debezium_bridge.formats.ces.decode``).
 
 The round trips start from simulated Debezium traffic whose rows are the test's own inputs:
 Debezium → canonical → CES → canonical must give back every logical value CES carries (the
@@ -16,15 +16,22 @@ from typing import Any
 import msgspec
 import pytest
 
-from debezium_bridge.ces.decode import HALF_HEADER, synthetic_change_lsn
-from debezium_bridge.ces.encode import CesEncoder
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.ces.pipeline import Pipeline
 from debezium_bridge.core import Translator, TranslatorConfig
-from debezium_bridge.encode.canonical import to_dict
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, KeyChange, demo
+from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.formats.canonical import to_dict
+from debezium_bridge.formats.ces.decode import HALF_HEADER, synthetic_change_lsn
+from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.testing.simulator import (
+    _DEMO_ROWS,
+    CUSTOMERS,
+    CdcSimulator,
+    Insert,
+    KeyChange,
+    demo,
+)
 from tests.unit.ces_support import PROPAGATE, as_records, ces_values, run
 from tests.unit.envelopes import insert, lsn
 
@@ -98,7 +105,7 @@ def test_positions_of_ces_records() -> None:
 def test_two_updates_of_one_row_in_one_transaction_are_both_kept() -> None:
     # Debezium's replay dedupe works on positions: CES events must never share one
     sim = CdcSimulator([CUSTOMERS])
-    from debezium_bridge.samples import Update
+    from debezium_bridge.testing.simulator import Update
 
     row = DEMO_ROWS[1]
     sim.commit([Insert("customers", row)])
@@ -313,7 +320,7 @@ def test_half_header_only_applies_to_updates() -> None:
 def test_begin_lsn_appears_only_for_ces_input() -> None:
     records, _ = demo(transaction_metadata=True)
     first, second, _ = round_trip(records)
-    from debezium_bridge.encode.canonical import to_json
+    from debezium_bridge.formats.canonical import to_json
 
     with_tx = [json.loads(to_json(r)) for r in first if r.tx is not None]
     assert with_tx and all(set(r["tx"]) == {"id", "total_order", "data_collection_order"}

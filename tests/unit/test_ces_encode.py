@@ -1,4 +1,4 @@
-"""CES encoder: canonical records → CES CloudEvents (``debezium_bridge.ces.encode``).
+"""CES encoder: canonical records → CES CloudEvents (``debezium_bridge.formats.ces.encode``).
 
 Expected values come from ``../shared/reference/ces.md`` (§1.5 field spec, §6 resolutions, §7
 mapping) and from the simulation inputs of the demo traffic (``samples.demo`` expectation, the
@@ -15,12 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from debezium_bridge.ces.encode import ID_NAMESPACE, CesEncoder, safe_cut, split_content
-from debezium_bridge.ces.errors import EncodeError
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.ces.schema import CesValidationError, validate_events
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.samples import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
+from debezium_bridge.formats.ces.encode import ID_NAMESPACE, CesEncoder, safe_cut, split_content
+from debezium_bridge.formats.ces.errors import EncodeError
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.testing.ces_schema import CesValidationError, validate_events
+from debezium_bridge.testing.simulator import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
 from tests.unit.ces_support import PROPAGATE, ces_values, events, rows_of, run
 
 ATTRIBUTES = ["specversion", "type", "source", "id", "logicalid", "time", "datacontenttype",
@@ -258,7 +258,7 @@ def test_propagated_source_types_give_exact_cols_and_values() -> None:
 def test_known_lob_columns_leave_old_unless_asked() -> None:
     sim = CdcSimulator([CUSTOMERS], modes=PROPAGATE)
     sim.commit([Insert("customers", DEMO_ROWS[1])])
-    from debezium_bridge.samples import Update
+    from debezium_bridge.testing.simulator import Update
 
     sim.commit([Update("customers", DEMO_ROWS[1], DEMO_ROWS[1] | {"name": "Ada King"})])
     changes, _, pipeline = run(sim.records)

@@ -1,4 +1,4 @@
-"""SQL type names and value strings of CES (``debezium_bridge.ces.sqlrender`` / ``.columns``).
+"""SQL type names and value strings of CES (``debezium_bridge.formats.ces.render`` / ``.columns``).
 
 Expected values: the documented examples of ``../shared/reference/ces.md`` §1.5/§1.7 (MF-25 and
 MF-26 samples), the mapping table of §7, and for undocumented types the defaults the reference
@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from debezium_bridge.ces.columns import ColumnCatalog, column_type, columns_of
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.ces.sqlrender import (
+from debezium_bridge.errors import ConfigError, ValueConversionError
+from debezium_bridge.formats.ces.columns import ColumnCatalog, column_type, columns_of
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.ces.render import (
     RenderStats,
     SqlType,
     parse_type,
@@ -26,10 +27,9 @@ from debezium_bridge.ces.sqlrender import (
     renderer,
     type_from_source,
 )
-from debezium_bridge.errors import ConfigError, ValueConversionError
-from debezium_bridge.model import TableRef
-from debezium_bridge.schema import Column, TableSchema
-from debezium_bridge.sqltypes import SqlColumn, connect_column
+from debezium_bridge.formats.debezium.sqltypes import SqlColumn, connect_column
+from debezium_bridge.model.change import TableRef
+from debezium_bridge.model.schema import Column, TableSchema
 
 DEFAULT = CesOptions()
 
@@ -99,7 +99,7 @@ def test_type_from_propagated_source_parameters(name: str, length: int | None,
 ])
 def test_connect_column_with_propagated_type_gives_the_declared_type(declared: str,
                                                                       expected: str) -> None:
-    from debezium_bridge.sqltypes import ConnectorModes
+    from debezium_bridge.formats.debezium.sqltypes import ConnectorModes
 
     column = connect_column(SqlColumn("c", declared), ConnectorModes(propagate_source_types=True))
     sql_type, exact = column_type(column)

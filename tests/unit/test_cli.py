@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from debezium_bridge.cli import main
-from debezium_bridge.dumps import write_lossless
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.dumps import write_lossless
+from debezium_bridge.model.records import RawRecord
 from tests.unit.envelopes import TOPIC, delete, event, insert, lsn, row, tombstone, update
 
 

@@ -13,21 +13,25 @@ from typing import Any
 
 import pytest
 
-from debezium_bridge.ces.errors import EncodeError
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.ces.pipeline import Pipeline
 from debezium_bridge.core import Translator
-from debezium_bridge.decode import Decoder
-from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
-from debezium_bridge.encode.debezium import (
+from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.formats.ces.errors import EncodeError
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.avro import (
+    AvroDecoder,
+    FileSchemaResolver,
+    RegistrySchemaResolver,
+)
+from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.formats.debezium.encode import (
     DebeziumOutOptions,
     DebeziumWriter,
     InMemoryRegistry,
     registry_registrar,
 )
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import (
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.testing.simulator import (
     _DEMO_ROWS,
     CUSTOMERS,
     CdcSimulator,
@@ -183,7 +187,7 @@ def ces_input() -> tuple[list[ChangeRecord], list[ChangeRecord]]:
     sim = CdcSimulator([CUSTOMERS], modes=PROPAGATE, transaction_metadata=True)
     sim.snapshot({"customers": [DEMO_ROWS[1]]})
     sim.commit([Insert("customers", DEMO_ROWS[2]), Insert("customers", DEMO_ROWS[3])])
-    from debezium_bridge.samples import KeyChange, Update
+    from debezium_bridge.testing.simulator import KeyChange, Update
 
     sim.commit([Update("customers", DEMO_ROWS[2], DEMO_ROWS[2] | {"balance": "1.50"}),
                 KeyChange("customers", DEMO_ROWS[3], DEMO_ROWS[3] | {"id": 33})])

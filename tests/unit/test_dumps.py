@@ -1,4 +1,4 @@
-"""Dump-file readers and writers (debezium_bridge.dumps)."""
+"""Dump-file readers and writers (debezium_bridge.formats.dumps)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from debezium_bridge.dumps import (
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.dumps import (
     DumpFormat,
     DumpLineError,
     detect_format,
@@ -22,8 +23,7 @@ from debezium_bridge.dumps import (
     to_lossless_line,
     write_lossless,
 )
-from debezium_bridge.errors import ConfigError
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.records import RawRecord
 from tests.paths import SHARED_DATA
 
 RISINGWAVE = SHARED_DATA / "risingwave-debezium"

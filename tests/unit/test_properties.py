@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from debezium_bridge.core import Translator
-from debezium_bridge.encode.canonical import to_json
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.canonical import to_json
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.records import RawRecord
 from tests.unit.envelopes import TOPIC, event, lsn, row, tombstone
 
 PARTITIONS = 3

@@ -16,9 +16,10 @@ from typing import Any
 import fastavro
 import pytest
 
-from debezium_bridge.encode.debezium import InMemoryRegistry, TableSpec
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import (
+from debezium_bridge.formats.debezium.encode import InMemoryRegistry, TableSpec
+from debezium_bridge.formats.debezium.sqltypes import UNAVAILABLE_VALUE, SqlColumn
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.testing.simulator import (
     CUSTOMERS,
     CdcSimulator,
     Delete,
@@ -34,7 +35,6 @@ from debezium_bridge.samples import (
     partition_for,
     to_positive,
 )
-from debezium_bridge.sqltypes import UNAVAILABLE_VALUE, SqlColumn
 
 LSN = re.compile(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}")
 ORDERS = TableSpec("testDB", "dbo", "orders", ("order_id",),

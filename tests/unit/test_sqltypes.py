@@ -23,7 +23,8 @@ from typing import Any
 import fastavro
 import pytest
 
-from debezium_bridge.encode.debezium import (
+from debezium_bridge.errors import SchemaError, ValueConversionError
+from debezium_bridge.formats.debezium.encode import (
     Change,
     DebeziumEncoder,
     InMemoryRegistry,
@@ -31,9 +32,7 @@ from debezium_bridge.encode.debezium import (
     TransactionTopicEncoder,
     features,
 )
-from debezium_bridge.errors import SchemaError, ValueConversionError
-from debezium_bridge.schema import table_from_connect
-from debezium_bridge.sqltypes import (
+from debezium_bridge.formats.debezium.sqltypes import (
     UNAVAILABLE_VALUE,
     ConnectorModes,
     SqlColumn,
@@ -46,6 +45,7 @@ from debezium_bridge.sqltypes import (
     json_value,
     sql_value_encoder,
 )
+from debezium_bridge.model.schema import table_from_connect
 from tests.paths import SHARED_DATA
 
 REDIS = SHARED_DATA / "debezium-server-redis-sqlserver"

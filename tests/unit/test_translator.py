@@ -7,7 +7,7 @@ import json
 import pytest
 
 from debezium_bridge.core import Translator, TranslatorConfig
-from debezium_bridge.model import ChangeRecord
+from debezium_bridge.model.change import ChangeRecord
 from tests.unit.envelopes import TOPIC, delete, event, insert, lsn, row, tombstone, update
 
 
@@ -177,7 +177,7 @@ def test_side_topics_are_counted_not_translated():
     heartbeat = json.dumps({"ts_ms": 5}).encode()
     schema_change = json.dumps({"source": {}, "ts_ms": 1, "databaseName": "testDB",
                                 "schemaName": "dbo", "ddl": None, "tableChanges": []}).encode()
-    from debezium_bridge.records import RawRecord
+    from debezium_bridge.model.records import RawRecord
 
     recs = [RawRecord("server1.transaction", 0, 0, None, None, begin),
             RawRecord("__debezium-heartbeat.server1", 0, 0, None, None, heartbeat),
@@ -210,7 +210,7 @@ def test_transaction_end_releases_a_complete_transaction():
     end = json.dumps({"status": "END", "id": lsn(4), "event_count": 2,
                       "data_collections": [{"data_collection": "testDB.dbo.customers",
                                             "event_count": 2}], "ts_ms": 1}).encode()
-    from debezium_bridge.records import RawRecord
+    from debezium_bridge.model.records import RawRecord
 
     assert t.drain()[0] == []
     t.process(RawRecord("server1.transaction", 0, 0, None, None, end))

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes
-from debezium_bridge.decode import Decoder
-from debezium_bridge.model import ChangeEvent, ChangeRecord
+from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.model.change import ChangeEvent, ChangeRecord
 from tests.unit.envelopes import event, insert, lsn, row, update
 
 _decoder = Decoder()

@@ -1,7 +1,7 @@
 """Canonical change records → SQL Server 2025 CES CloudEvents (``com.microsoft.SQL.CES.DML.V1``).
 
 Field by field (``../shared/reference/ces.md`` §1.5 and §7; options in
-:class:`~debezium_bridge.ces.options.CesOptions`):
+:class:`~debezium_bridge.formats.ces.options.CesOptions`):
 
 * The 11 attributes in the documented order: ``specversion`` ``"1.0"``, ``type``, ``source``
   ``"/"``, ``id``, ``logicalid``, ``time``, ``datacontenttype``, ``operation``,
@@ -21,7 +21,7 @@ Field by field (``../shared/reference/ces.md`` §1.5 and §7; options in
   translator releases them; a merged key change counts once, or twice as DEL + INS).
   ``finalevent``: ``false`` ("always false", MF-26).
 * ``logicalid``: ``<guid>:<commit LSN, 20 upper-case hex digits>:<sequencenumber, 20 digits>``.
-* ``cols``: the table's columns with SQL types (:mod:`debezium_bridge.ces.columns`); ``pkkey``:
+* ``cols``: the table's columns with SQL types (:mod:`debezium_bridge.formats.ces.columns`); ``pkkey``:
   the key columns (record key order) with their values as strings; ``old``/``current``: compact
   JSON texts of ``{column: string | null}`` (``"{}"`` where there is no image).
 * Unchanged LOB columns (Debezium's unavailable placeholder) are left out of ``old``/``current``
@@ -47,14 +47,19 @@ from typing import Any, Literal
 
 import msgspec
 
-from debezium_bridge.ces import avro as ces_avro
-from debezium_bridge.ces.columns import CesColumn, ColumnCatalog, Columns, record_column_names
-from debezium_bridge.ces.errors import EncodeError
-from debezium_bridge.ces.options import DEFAULT_OPTIONS, CesOptions
-from debezium_bridge.ces.sqlrender import Render, RenderStats, parse_type, renderer
 from debezium_bridge.errors import RecordError
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import Header
+from debezium_bridge.formats.ces import avro as ces_avro
+from debezium_bridge.formats.ces.columns import (
+    CesColumn,
+    ColumnCatalog,
+    Columns,
+    record_column_names,
+)
+from debezium_bridge.formats.ces.errors import EncodeError
+from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
+from debezium_bridge.formats.ces.render import Render, RenderStats, parse_type, renderer
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.records import Header
 
 CES_TYPE = "com.microsoft.SQL.CES.DML.V1"
 SPEC_VERSION = "1.0"
@@ -253,7 +258,7 @@ _Op = tuple[str, dict[str, Any] | None, dict[str, Any] | None, dict[str, Any], i
 
 
 class CesEncoder:
-    """Encodes canonical :class:`~debezium_bridge.model.ChangeRecord` s as CES events.
+    """Encodes canonical :class:`~debezium_bridge.model.change.ChangeRecord` s as CES events.
 
     Stateful (derived sequence numbers and begin LSNs follow the stream): feed records in the
     order the translator releases them, one encoder per output stream. Not thread-safe.
@@ -295,7 +300,7 @@ class CesEncoder:
     def encode(self, record: ChangeRecord) -> list[CesMessage]:
         """The Kafka records (events or segments) of one canonical record; ``[]`` when the
         record is dropped (truncate, or a snapshot row with ``snapshot_rows=skip``). Raises
-        :class:`~debezium_bridge.ces.errors.EncodeError`."""
+        :class:`~debezium_bridge.formats.ces.errors.EncodeError`."""
         headers = self._headers
         return [CesMessage(key, value, headers) for key, value in self._encode(record)]
 
@@ -318,7 +323,7 @@ class CesEncoder:
     def encode_lines(self, records: Iterable[ChangeRecord],
                      errors: list[tuple[ChangeRecord, Exception]] | None = None) -> bytes:
         """JSON encoding: the events (values) one per line, in one buffer (like
-        :func:`debezium_bridge.encode.canonical.encode_lines`)."""
+        :func:`debezium_bridge.formats.canonical.encode_lines`)."""
         if self.encoding != "json":
             raise ValueError("encode_lines needs the json encoding")
         buf = bytearray()

@@ -1,7 +1,7 @@
 """``debezium-bridge convert --to ces|ces-avro|debezium|debezium-avro``: flags, settings, writers.
 
-Every field of :class:`~debezium_bridge.ces.options.CesOptions` is a ``--ces-<name>`` flag and
-every field of :class:`~debezium_bridge.encode.debezium.DebeziumOutOptions` a
+Every field of :class:`~debezium_bridge.formats.ces.options.CesOptions` is a ``--ces-<name>`` flag and
+every field of :class:`~debezium_bridge.formats.debezium.encode.DebeziumOutOptions` a
 ``--debezium-<name>`` flag (booleans also as ``--no-…``); in config files and
 ``DEBEZIUM_BRIDGE_*`` variables they are ``ces_<name>`` / ``debezium_<name>``.
 
@@ -24,23 +24,23 @@ from typing import Any, BinaryIO, Literal, Protocol
 
 import msgspec
 
-from debezium_bridge.ces.columns import ColumnCatalog
-from debezium_bridge.ces.decode import is_ces
-from debezium_bridge.ces.encode import CesEncoder
-from debezium_bridge.ces.errors import dead_letter_for
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.dumps import write_lossless
-from debezium_bridge.encode.debezium import (
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.ces.columns import ColumnCatalog
+from debezium_bridge.formats.ces.decode import is_ces
+from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.errors import dead_letter_for
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.encode import (
     DebeziumOutOptions,
     DebeziumWriter,
     InMemoryRegistry,
     SchemaRegistrar,
     registry_registrar,
 )
-from debezium_bridge.errors import ConfigError
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.dumps import write_lossless
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import RawRecord
 
 TARGETS = ("ces", "ces-avro", "debezium", "debezium-avro")
 __all__ = ["TARGETS", "add_arguments", "is_ces", "make_writer", "nest_settings",
@@ -162,7 +162,7 @@ class CesWriter:
         if not self.lossless:
             out.write(self.encoder.encode_lines(changes, errors))
         else:
-            from debezium_bridge.samples import partition_for
+            from debezium_bridge.testing.simulator import partition_for
 
             records = []
             for change in changes:
@@ -228,7 +228,7 @@ class DebeziumFileWriter:
 
 
 def _epoch_ms(iso: str | None) -> int | None:
-    from debezium_bridge.encode.debezium import _epoch_ms as parse
+    from debezium_bridge.formats.debezium.encode import _epoch_ms as parse
 
     return parse(iso)
 

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.records import Header, KafkaRecord, RawRecord
+from debezium_bridge.model.records import Header, KafkaRecord, RawRecord
 
 __all__ = [
     "DumpFormat",

@@ -1,4 +1,4 @@
-"""CES CloudEvents → the core's :class:`~debezium_bridge.model.ChangeEvent` (and so canonical
+"""CES CloudEvents → the core's :class:`~debezium_bridge.model.change.ChangeEvent` (and so canonical
 records).
 
 Two stages:
@@ -16,11 +16,11 @@ changed (``pkkey`` differs from the key columns of ``old``) as two records, the 
 create half, which the translator pairs back into one update with ``key_changed`` (or emits
 separately with ``--no-pairing``), exactly like Debezium's delete + create of a key change.
 
-:class:`CesDecoder` (inside :class:`~debezium_bridge.decode.Decoder`, which detects CES by its
+:class:`CesDecoder` (inside :class:`~debezium_bridge.formats.debezium.decode.Decoder`, which detects CES by its
 ``type``, or by the Avro encoding of ``specversion`` ``"1.0"``) turns one whole event into a
 ``ChangeEvent``: ``INS`` → ``c``, ``UPD`` → ``u``, ``DEL`` → ``d``; ``old``/``current`` (``"{}"``
 = no image) and ``pkkey`` values converted back through ``cols[].type``
-(:func:`debezium_bridge.ces.sqlrender.parser`); ``time`` → commit time; ``commitlsn`` (or the
+(:func:`debezium_bridge.formats.ces.render.parser`); ``time`` → commit time; ``commitlsn`` (or the
 logicalid's second part) → ``commit_lsn``; ``sequencenumber`` (or the logicalid's third part) →
 ``tx.total_order``; ``beginlsn`` → ``tx.begin_lsn``; ``tx.id`` = the commit LSN (Debezium's
 transaction id); ``tx.data_collection_order`` = the event's ordinal among the events of the same
@@ -53,16 +53,16 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.ces import avro as ces_avro
-from debezium_bridge.ces.columns import CesColumn, ColumnCatalog
-from debezium_bridge.ces.options import DEFAULT_OPTIONS, CesOptions
-from debezium_bridge.ces.sqlrender import Parse, parse_type, parser
-from debezium_bridge.decode.envelope import Envelope, Source, Transaction, build_event
-from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.errors import DecodeError, EnvelopeError, RecordError
-from debezium_bridge.lsn import LsnFormatError, normalize_lsn
-from debezium_bridge.model import ChangeEvent, SideRecord, TableRef, TxRef
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.ces import avro as ces_avro
+from debezium_bridge.formats.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
+from debezium_bridge.formats.ces.render import Parse, parse_type, parser
+from debezium_bridge.formats.debezium.envelope import Envelope, Source, Transaction, build_event
+from debezium_bridge.model.change import ChangeEvent, SideRecord, TableRef, TxRef
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.lsn import LsnFormatError, normalize_lsn
+from debezium_bridge.model.records import RawRecord
 
 HALF_HEADER = "debezium-bridge.ces.half"
 """Header :class:`CesAssembler` puts on the two halves of a key-changing ``UPD``
@@ -530,7 +530,7 @@ class CesDecoder:
         if not final or index > 1:
             raise EnvelopeError(f"CES segment {index} (final={final}) of logicalid "
                                 f"{doc.get('logicalid')}: segments must be reassembled first "
-                                "(debezium_bridge.ces.decode.CesAssembler)")
+                                "(debezium_bridge.formats.ces.decode.CesAssembler)")
         operation = doc.get("operation")
         op = _OPS.get(operation) if isinstance(operation, str) else None
         if op is None:
@@ -582,7 +582,7 @@ class CesDecoder:
                 old_key = None
         if op == "u" and old_key is not None and old_key != key and half is None:
             raise EnvelopeError("CES UPD changes the primary key: it must pass "
-                                "debezium_bridge.ces.decode.CesAssembler (which splits it "
+                                "debezium_bridge.formats.ces.decode.CesAssembler (which splits it "
                                 "into its delete and create halves)")
         if op == "u" and half == b"delete":
             op, current, key = "d", None, old_key or key

@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import fastavro
 import msgspec
 
-from debezium_bridge.decode.avro_reader import Projection, compile_reader
-from debezium_bridge.decode.envelope import Envelope, Source, Transaction, build_event
 from debezium_bridge.errors import ConfigError, DecodeError, EnvelopeError, SchemaError
-from debezium_bridge.logical import RowDecoder
-from debezium_bridge.model import ChangeEvent, SideRecord
-from debezium_bridge.records import RawRecord
-from debezium_bridge.schema import Column, TableSchema
+from debezium_bridge.formats.debezium.avro_reader import Projection, compile_reader
+from debezium_bridge.formats.debezium.envelope import Envelope, Source, Transaction, build_event
+from debezium_bridge.formats.debezium.logical import RowDecoder
+from debezium_bridge.model.change import ChangeEvent, SideRecord
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.schema import Column, TableSchema
 
 if TYPE_CHECKING:
-    from debezium_bridge.decode import Decoder
+    from debezium_bridge.formats.debezium.decode import Decoder
 
 _AVRO_PRIMITIVES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -320,7 +320,7 @@ class AvroDecoder:
         if not isinstance(datum, dict):
             raise EnvelopeError("Avro value is not a record")
         if "op" not in datum:
-            from debezium_bridge.decode.envelope import side_record_of_envelope
+            from debezium_bridge.formats.debezium.envelope import side_record_of_envelope
 
             side = side_record_of_envelope(datum, record)
             if side is not None:

@@ -13,15 +13,6 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.decode.avro import AvroDecoder, unwrap_avro_json, unwrap_avro_value
-from debezium_bridge.decode.envelope import (
-    NEWKEY_HEADER,
-    OLDKEY_HEADER,
-    Envelope,
-    RowDecoderLike,
-    build_event,
-    side_record_of_envelope,
-)
 from debezium_bridge.errors import (
     DecodeError,
     EnvelopeError,
@@ -29,15 +20,24 @@ from debezium_bridge.errors import (
     RecordError,
     SchemaError,
 )
-from debezium_bridge.logical import (
+from debezium_bridge.formats.debezium.avro import AvroDecoder, unwrap_avro_json, unwrap_avro_value
+from debezium_bridge.formats.debezium.envelope import (
+    NEWKEY_HEADER,
+    OLDKEY_HEADER,
+    Envelope,
+    RowDecoderLike,
+    build_event,
+    side_record_of_envelope,
+)
+from debezium_bridge.formats.debezium.logical import (
     DEFAULT_PLACEHOLDER,
     BinaryHandlingMode,
     RowDecoder,
     SchemalessRowDecoder,
 )
-from debezium_bridge.model import ChangeEvent, SideKind, SideRecord
-from debezium_bridge.records import RawRecord
-from debezium_bridge.schema import TableSchema, table_from_connect
+from debezium_bridge.model.change import ChangeEvent, SideKind, SideRecord
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.schema import TableSchema, table_from_connect
 
 __all__ = ["DecodeOptions", "Decoder"]
 
@@ -162,7 +162,7 @@ class Decoder:
         """Called with every row schema the decoder compiles (the CES/Debezium output encoders
         learn SQL column types this way); see :meth:`add_schema_listener`."""
         self.ces: Any = None
-        """The :class:`debezium_bridge.ces.decode.CesDecoder` for CES CloudEvents (created on the
+        """The :class:`debezium_bridge.formats.ces.decode.CesDecoder` for CES CloudEvents (created on the
         first CES record unless given)."""
         self._file_rows: dict[str, RowDecoder] = {
             name: self._row_decoder(schema) for name, schema in self.options.table_schemas.items()
@@ -183,7 +183,7 @@ class Decoder:
 
     def _ces_decoder(self) -> Any:
         if self.ces is None:
-            from debezium_bridge.ces.decode import CesDecoder
+            from debezium_bridge.formats.ces.decode import CesDecoder
 
             self.ces = CesDecoder()
         return self.ces
@@ -395,7 +395,11 @@ class Decoder:
 
 def table_schema_of(schema: Any) -> TableSchema:
     """A row schema from a Connect struct (row or whole envelope) or an Avro record schema."""
-    from debezium_bridge.decode.avro import _collect_named, envelope_row_schema, table_from_avro
+    from debezium_bridge.formats.debezium.avro import (
+        _collect_named,
+        envelope_row_schema,
+        table_from_avro,
+    )
 
     if isinstance(schema, dict) and schema.get("type") == "struct":
         row = _envelope_row_schema(schema)

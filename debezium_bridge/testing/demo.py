@@ -1,7 +1,7 @@
 """The README demo: the Spark streaming job on the embedded default.
 
 Starts the embedded Tansu broker, produces the sample Debezium SQL Server traffic of
-:func:`debezium_bridge.samples.demo` (3 partitions, a snapshot, inserts, an update, a delete
+:func:`debezium_bridge.testing.simulator.demo` (3 partitions, a snapshot, inserts, an update, a delete
 + tombstone, a primary-key change whose halves sit in different partitions with the create
 first, a replayed tail after a simulated connector restart, a corrupt record) plus a Debezium
 heartbeat, runs the job with ``spark-submit`` and ``Trigger.AvailableNow`` on local Spark, and
@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 
 from debezium_bridge.kafka import EmbeddedKafka, create_topics, produce
-from debezium_bridge.records import RawRecord
-from debezium_bridge.samples import demo
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.testing.simulator import demo
 
 HEARTBEAT_TOPIC = "__debezium-heartbeat.server1"
 WATERMARK_DELAY_S = 5

@@ -23,7 +23,7 @@ from typing import Any
 
 import jsonschema
 
-from debezium_bridge.ces import avro as ces_avro
+from debezium_bridge.formats.ces import avro as ces_avro
 
 _LSN = r"^[0-9A-F]{8}:[0-9A-F]{8}:[0-9A-F]{4}$"
 _TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"

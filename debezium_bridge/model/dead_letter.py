@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from debezium_bridge.errors import RecordError
-from debezium_bridge.records import Header, RawRecord
+from debezium_bridge.model.records import Header, RawRecord
 
 ERROR_HEADER_PREFIX = "__connect.errors."
 

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from debezium_bridge.lsn import lsn_hex20
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.lsn import lsn_hex20
+from debezium_bridge.model.records import RawRecord
 
 FORMAT_VERSION = 1
 

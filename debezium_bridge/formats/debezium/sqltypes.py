@@ -6,7 +6,7 @@ Sources (debezium/debezium): ``sqlserver/SqlServerValueConverters.java``,
 Kafka's ``JsonConverter#asJsonSchema`` for the JSON schema form and Confluent's
 ``AvroData#fromConnectSchema`` for the Avro form.
 
-Canonical input values are the SPEC §5.1 logical values (see :mod:`debezium_bridge.logical` for the
+Canonical input values are the SPEC §5.1 logical values (see :mod:`debezium_bridge.formats.debezium.logical` for the
 reverse direction): integers, decimals as exact strings (``"42.00"``), floats, booleans,
 ``YYYY-MM-DD``, ``HH:MM:SS[.f…]``, ``YYYY-MM-DDTHH:MM:SS[.f…]`` (no zone, taken as UTC),
 datetimeoffset as ISO-8601 with offset, binary as standard base64, uniqueidentifier text.
@@ -26,7 +26,7 @@ from typing import Any, Literal
 import msgspec
 
 from debezium_bridge.errors import SchemaError, ValueConversionError
-from debezium_bridge.schema import (
+from debezium_bridge.model.schema import (
     SOURCE_LENGTH_PARAM,
     SOURCE_SCALE_PARAM,
     SOURCE_TYPE_PARAM,

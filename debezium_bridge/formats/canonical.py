@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.model import ChangeRecord
+from debezium_bridge.model.change import ChangeRecord
 
 
 class View(StrEnum):

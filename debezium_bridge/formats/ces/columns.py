@@ -32,9 +32,9 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.ces.sqlrender import SqlType, parse_type, type_from_source
-from debezium_bridge.model import ChangeRecord, TableRef
-from debezium_bridge.schema import (
+from debezium_bridge.formats.ces.render import SqlType, parse_type, type_from_source
+from debezium_bridge.model.change import ChangeRecord, TableRef
+from debezium_bridge.model.schema import (
     SOURCE_LENGTH_PARAM,
     SOURCE_SCALE_PARAM,
     SOURCE_TYPE_PARAM,

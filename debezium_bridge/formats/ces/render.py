@@ -4,7 +4,7 @@ CES writes every column value as a string "like SQL Server's canonical string co
 (``../shared/reference/ces.md`` §1.7). Documented: integers (``"105"``), (n)varchar text,
 ``datetime`` ``"2025-03-14 16:45:01.000"`` and ``datetime2(7)`` ``"2026-08-07 16:25:00.8833333"``
 (CONVERT style 121: space separator, exactly *p* fraction digits). Everything else is a
-documented best guess, switchable through :class:`~debezium_bridge.ces.options.CesOptions`:
+documented best guess, switchable through :class:`~debezium_bridge.formats.ces.options.CesOptions`:
 
 =====================  ==============================================  =========================
 type                   default                                         option
@@ -39,10 +39,10 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.errors import ValueConversionError
-from debezium_bridge.logical import bytes_of
-from debezium_bridge.sqltypes import (
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.logical import bytes_of
+from debezium_bridge.formats.debezium.sqltypes import (
     decimal_unscaled,
     float32,
     format_decimal,

@@ -3,7 +3,7 @@
 A :class:`TableSchema` describes the columns of one table version (the ``<topic>.Value`` struct of
 the envelope). It is built from a JsonConverter ``schema`` object, from an Avro record schema
 written by Confluent's AvroConverter, or from a table-schema file, and compiled once per table
-version into value converters (see :mod:`debezium_bridge.logical`).
+version into value converters (see :mod:`debezium_bridge.formats.debezium.logical`).
 """
 
 from __future__ import annotations

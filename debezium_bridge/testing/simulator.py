@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from debezium_bridge.encode.debezium import (
+from debezium_bridge.formats.debezium.encode import (
     DEFAULT_VERSION,
     DebeziumEncoder,
     Encoding,
@@ -33,14 +33,14 @@ from debezium_bridge.encode.debezium import (
     TransactionTopicEncoder,
     features,
 )
-from debezium_bridge.records import Header, RawRecord
-from debezium_bridge.sqltypes import (
+from debezium_bridge.formats.debezium.sqltypes import (
     DEFAULT_MODES,
     UNAVAILABLE_VALUE,
     ConnectorModes,
     SqlColumn,
     format_decimal,
 )
+from debezium_bridge.model.records import Header, RawRecord
 
 # --------------------------------------------------------------------------- Kafka partitioner
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from debezium_bridge.dlq import DeadLetter
 from debezium_bridge.errors import RecordError
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import RawRecord
 
 
 class EncodeError(RecordError):

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from debezium_bridge.ces.columns import ColumnCatalog
-from debezium_bridge.ces.decode import CesAssembler, CesDecoder
-from debezium_bridge.ces.options import CesOptions
 from debezium_bridge.core import Translator, TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
-from debezium_bridge.decode import Decoder
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.model import ChangeRecord
-from debezium_bridge.records import KafkaRecord, RawRecord, as_raw_record
+from debezium_bridge.formats.ces.columns import ColumnCatalog
+from debezium_bridge.formats.ces.decode import CesAssembler, CesDecoder
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.model.change import ChangeRecord
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
 
 
 class Pipeline:

@@ -2,17 +2,17 @@
 
 * :class:`CesEncoder`: canonical change records → CES events (JSON or Avro), segmented.
 * :class:`CesAssembler` + :class:`CesDecoder`: CES events → the core's change events (and so
-  canonical records); :class:`debezium_bridge.decode.Decoder` detects CES values by itself.
+  canonical records); :class:`debezium_bridge.formats.debezium.decode.Decoder` detects CES values by itself.
 * :class:`ColumnCatalog`: SQL column types per table version, fed by the decoder's schemas.
 * :class:`CesOptions`: every documented switch (``../shared/reference/ces.md`` §6).
-* :mod:`debezium_bridge.ces.schema`: JSON Schemas of the format and a validator.
+* :mod:`debezium_bridge.testing.ces_schema`: JSON Schemas of the format and a validator.
 """
 
-from debezium_bridge.ces.columns import CesColumn, ColumnCatalog
-from debezium_bridge.ces.decode import CesAssembler, CesDecoder
-from debezium_bridge.ces.encode import CesCounters, CesEncoder, CesMessage
-from debezium_bridge.ces.errors import EncodeError
-from debezium_bridge.ces.options import CesOptions
+from debezium_bridge.formats.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.formats.ces.decode import CesAssembler, CesDecoder
+from debezium_bridge.formats.ces.encode import CesCounters, CesEncoder, CesMessage
+from debezium_bridge.formats.ces.errors import EncodeError
+from debezium_bridge.formats.ces.options import CesOptions
 
 __all__ = [
     "CesAssembler",

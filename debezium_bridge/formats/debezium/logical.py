@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from debezium_bridge.errors import ValueConversionError
-from debezium_bridge.schema import Column, TableSchema
+from debezium_bridge.model.schema import Column, TableSchema
 
 DEFAULT_PLACEHOLDER = "__debezium_unavailable_value"
 BinaryHandlingMode = Literal["bytes", "base64", "base64-url-safe", "hex"]

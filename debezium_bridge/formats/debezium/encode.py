@@ -27,7 +27,7 @@ import fastavro
 import msgspec
 
 from debezium_bridge.errors import ConfigError, SchemaError
-from debezium_bridge.sqltypes import (
+from debezium_bridge.formats.debezium.sqltypes import (
     DEFAULT_MODES,
     UNAVAILABLE_VALUE,
     BinaryHandlingMode,
@@ -589,7 +589,7 @@ def _epoch_ms(iso: str | None) -> int | None:
 def _sql_column(name: str, type_text: str) -> SqlColumn:
     """A :class:`SqlColumn` of a ``cols``-style type; types sqltypes does not model (UDTs,
     sql_variant, ...) are written as ``nvarchar(max)`` text."""
-    from debezium_bridge.sqltypes import _spec
+    from debezium_bridge.formats.debezium.sqltypes import _spec
 
     column = SqlColumn(name, "nvarchar(128)" if type_text == "sysname" else type_text)
     try:
@@ -600,10 +600,10 @@ def _sql_column(name: str, type_text: str) -> SqlColumn:
 
 
 class DebeziumWriter:
-    """Canonical :class:`~debezium_bridge.model.ChangeRecord` s → the SQL Server connector's
+    """Canonical :class:`~debezium_bridge.model.change.ChangeRecord` s → the SQL Server connector's
     Kafka records (SPEC §5.3), over :class:`DebeziumEncoder`.
 
-    * Column SQL types come from a :class:`~debezium_bridge.ces.columns.ColumnCatalog` (the
+    * Column SQL types come from a :class:`~debezium_bridge.formats.ces.columns.ColumnCatalog` (the
       input's schemas or CES ``cols``; guessed from values when there is none).
     * ``insert`` → ``c``; ``read`` → ``r`` with the record's snapshot marker; ``update`` →
       ``u``; ``delete`` → ``d`` (+ tombstone); an update with ``key_changed`` → ``d`` (old key,
@@ -623,7 +623,7 @@ class DebeziumWriter:
     def __init__(self, options: DebeziumOutOptions | None = None, catalog: Any = None, *,
                  encoding: Literal["json", "avro"] = "json",
                  registrar: SchemaRegistrar | None = None, partitions: int = 1) -> None:
-        from debezium_bridge.ces.columns import ColumnCatalog
+        from debezium_bridge.formats.ces.columns import ColumnCatalog
 
         self.options = options or DebeziumOutOptions()
         self.catalog = catalog if catalog is not None else ColumnCatalog()
@@ -649,7 +649,7 @@ class DebeziumWriter:
         return version if version and _VERSION_RE.match(version) else DEFAULT_VERSION
 
     def _encoder(self, record: Any) -> tuple[DebeziumEncoder, dict[str, Any]]:
-        from debezium_bridge.ces.columns import record_column_names
+        from debezium_bridge.formats.ces.columns import record_column_names
 
         names = record_column_names(record)
         columns = self.catalog.lookup(record.table, names)
@@ -675,7 +675,7 @@ class DebeziumWriter:
         return found
 
     def _place(self, topic: str, key: bytes | None) -> tuple[int, int]:
-        from debezium_bridge.samples import partition_for
+        from debezium_bridge.testing.simulator import partition_for
 
         if key is not None:
             partition = partition_for(key, self.partitions)
@@ -687,10 +687,10 @@ class DebeziumWriter:
         return partition, offset
 
     def encode(self, record: Any) -> list[Any]:
-        """The Kafka records (:class:`~debezium_bridge.records.RawRecord`) of one canonical
-        record; raises :class:`~debezium_bridge.ces.errors.EncodeError`."""
-        from debezium_bridge.ces.errors import EncodeError
+        """The Kafka records (:class:`~debezium_bridge.model.records.RawRecord`) of one canonical
+        record; raises :class:`~debezium_bridge.formats.ces.errors.EncodeError`."""
         from debezium_bridge.errors import RecordError
+        from debezium_bridge.formats.ces.errors import EncodeError
 
         self.counters.records_in += 1
         try:
@@ -706,8 +706,8 @@ class DebeziumWriter:
         return out
 
     def _encode(self, record: Any) -> list[Any]:
-        from debezium_bridge.ces.errors import EncodeError
-        from debezium_bridge.records import RawRecord
+        from debezium_bridge.formats.ces.errors import EncodeError
+        from debezium_bridge.model.records import RawRecord
 
         op = record.op
         if op not in ("insert", "read", "update", "delete"):

@@ -14,8 +14,7 @@ from typing import Any, Protocol
 import msgspec
 
 from debezium_bridge.errors import EnvelopeError
-from debezium_bridge.lsn import LsnFormatError, normalize_lsn
-from debezium_bridge.model import (
+from debezium_bridge.model.change import (
     ChangeEvent,
     PositionRef,
     SideKind,
@@ -24,7 +23,8 @@ from debezium_bridge.model import (
     TableRef,
     TxRef,
 )
-from debezium_bridge.records import RawRecord
+from debezium_bridge.model.lsn import LsnFormatError, normalize_lsn
+from debezium_bridge.model.records import RawRecord
 
 _INT64_END = 2**63
 _TS_MIN, _TS_END = -62135596800000, 253402300800000  # years 1..9999 in epoch milliseconds
@@ -237,7 +237,7 @@ def _serial_text(serial: int) -> str:
 _SERIAL_TEXTS = tuple(_serial_text(i) for i in range(256))
 _ZERO20 = "0" * 20
 _canonical_lsn = re.compile(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}").fullmatch
-"""Debezium's own LSN form (as :mod:`debezium_bridge.lsn` checks it)."""
+"""Debezium's own LSN form (as :mod:`debezium_bridge.model.lsn` checks it)."""
 _fromhex = bytes.fromhex
 _tables: dict[tuple[str | None, str, str], tuple[TableRef, str]] = {}
 """Shared TableRef and table_id per distinct (db, schema, table) (bounded)."""

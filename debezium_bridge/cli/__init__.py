@@ -16,9 +16,7 @@ from typing import IO, Any, BinaryIO, Literal
 import msgspec
 
 from debezium_bridge import __version__
-from debezium_bridge.ces import convert as ces_convert
-from debezium_bridge.ces.options import CesOptions
-from debezium_bridge.ces.pipeline import Pipeline
+from debezium_bridge.cli import writers as ces_convert
 from debezium_bridge.config import (
     build,
     env_settings,
@@ -27,15 +25,21 @@ from debezium_bridge.config import (
     parse_overrides,
 )
 from debezium_bridge.core import TranslatorConfig
-from debezium_bridge.decode import Decoder, DecodeSettings, load_table_schemas
-from debezium_bridge.decode.avro import AvroDecoder, FileSchemaResolver, RegistrySchemaResolver
-from debezium_bridge.dlq import DeadLetter
-from debezium_bridge.dumps import DumpFormat, DumpLineError, read_dump, write_lossless
-from debezium_bridge.encode.canonical import View, encode_lines
-from debezium_bridge.encode.debezium import DebeziumOutOptions
+from debezium_bridge.core.pipeline import Pipeline
 from debezium_bridge.errors import BridgeError, ConfigError
-from debezium_bridge.logical import DEFAULT_PLACEHOLDER
-from debezium_bridge.records import RawRecord
+from debezium_bridge.formats.canonical import View, encode_lines
+from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.debezium.avro import (
+    AvroDecoder,
+    FileSchemaResolver,
+    RegistrySchemaResolver,
+)
+from debezium_bridge.formats.debezium.decode import Decoder, DecodeSettings, load_table_schemas
+from debezium_bridge.formats.debezium.encode import DebeziumOutOptions
+from debezium_bridge.formats.debezium.logical import DEFAULT_PLACEHOLDER
+from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump, write_lossless
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import RawRecord
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 
@@ -148,9 +152,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run_samples(args: argparse.Namespace) -> int:
-    """Write the demo traffic (see :func:`debezium_bridge.samples.demo`)."""
-    from debezium_bridge.encode.debezium import InMemoryRegistry
-    from debezium_bridge.samples import demo_traffic
+    """Write the demo traffic (see :func:`debezium_bridge.testing.simulator.demo`)."""
+    from debezium_bridge.formats.debezium.encode import InMemoryRegistry
+    from debezium_bridge.testing.simulator import demo_traffic
 
     registry = InMemoryRegistry()
     records = demo_traffic(args.encoding, args.partitions, registry)
@@ -305,7 +309,7 @@ def run_convert(config: ConvertConfig, *, stderr: IO[str] | None = None) -> int:
                     raw = RawRecord(topic=f"file:{bad.path}", partition=0,
                                     offset=bad.line_no, value=bad.raw)
                     translator.reject(DeadLetter(raw, "read", "DumpLineError", bad.message,
-                                                 error_module="debezium_bridge.dumps"))
+                                                 error_module="debezium_bridge.formats.dumps"))
                 else:
                     pipeline.process(item)  # type: ignore[arg-type]
                 if pipeline.has_output:

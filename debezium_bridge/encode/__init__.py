@@ -1,1 +1,0 @@
-"""Encoders of canonical change records."""
