@@ -1,8 +1,25 @@
-"""One exception root for the package. Errors carry the raw record and its coordinates.
+"""One exception root for the package. Errors about one record carry it and its coordinates.
 
-Bad input never travels through the hot path as an exception: decoders raise these inside a
-record's processing, the translator catches them at the record boundary and turns them into
-:class:`~debezium_bridge.model.dead_letter.DeadLetter` data.
+Bad input never travels through the hot path as an exception: decoders raise a
+:class:`RecordError` inside one record's processing, the translator catches it at the record
+boundary and turns it into :class:`~debezium_bridge.model.dead_letter.DeadLetter` data (stage =
+the error's ``stage``). A service that is down (schema registry, broker) is not bad input: it
+raises :class:`ServiceError` after its retries, and the run stops with a non-zero exit.
+
+::
+
+    BridgeError
+    ├── ConfigError (also ValueError)        invalid or unknown settings
+    ├── ServiceError                         schema registry / Kafka unreachable after retries
+    ├── LsnFormatError (also ValueError)     text that is not an LSN
+    └── RecordError                          one input record cannot be translated
+        ├── DecodeError ── KeyDecodeError    bytes are not a valid encoding
+        ├── EnvelopeError                    well-formed, but not a valid Debezium envelope
+        ├── SchemaError                      schema missing, unknown or invalid
+        ├── ValueConversionError             a value does not fit its column's type
+        ├── ReplayMismatchError              a replay whose image differs from the original
+        ├── SegmentError                     CES segments that cannot be reassembled
+        └── EncodeError                      a change the output format cannot hold
 """
 
 from __future__ import annotations
@@ -19,6 +36,14 @@ class BridgeError(Exception):
 
 class ConfigError(BridgeError, ValueError):
     """Invalid or unknown configuration."""
+
+
+class ServiceError(BridgeError):
+    """A service the run depends on (schema registry, Kafka broker) failed after retries."""
+
+
+class LsnFormatError(BridgeError, ValueError):
+    """The text is not an LSN."""
 
 
 class RecordError(BridgeError):
@@ -57,12 +82,34 @@ class EnvelopeError(RecordError):
 
 
 class SchemaError(RecordError):
-    """A schema is missing, unknown (e.g. schema registry id) or does not match the data."""
+    """A schema is missing, unknown (e.g. schema registry id), invalid, or the data does not
+    match it."""
 
     stage = "schema"
 
 
 class ValueConversionError(RecordError):
-    """A column value does not fit its logical type (bad base64 decimal, out-of-range time, ...)."""
+    """A column value does not fit its type (bad base64 decimal, int32 out of range, ...)."""
 
     stage = "convert"
+
+
+class ReplayMismatchError(RecordError):
+    """An event with the identity of one already seen (table, position, op, key) but a
+    different image: Debezium's replays are identical, so this is corruption or a different
+    event, never a duplicate to drop."""
+
+    stage = "replay-mismatch"
+
+
+class SegmentError(RecordError):
+    """A CES event whose segments cannot be reassembled (missing or conflicting segments)."""
+
+    stage = "ces-assemble"
+
+
+class EncodeError(RecordError):
+    """A change record cannot be written in an output format (a value that does not fit its
+    column's SQL type, a missing commit time, ...)."""
+
+    stage = "encode"

@@ -17,6 +17,7 @@ import msgspec
 
 from debezium_bridge import __version__
 from debezium_bridge.cli import writers as ces_convert
+from debezium_bridge.clients.registry import RegistrySchemaResolver
 from debezium_bridge.config import (
     build,
     env_settings,
@@ -29,14 +30,11 @@ from debezium_bridge.core.pipeline import Pipeline
 from debezium_bridge.errors import BridgeError, ConfigError
 from debezium_bridge.formats.canonical import View, encode_lines
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.formats.debezium.avro import (
-    AvroDecoder,
-    FileSchemaResolver,
-    RegistrySchemaResolver,
-)
+from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder, DecodeSettings, load_table_schemas
 from debezium_bridge.formats.debezium.encode import DebeziumOutOptions
 from debezium_bridge.formats.debezium.logical import DEFAULT_PLACEHOLDER
+from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump, write_lossless
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
@@ -153,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def run_samples(args: argparse.Namespace) -> int:
     """Write the demo traffic (see :func:`debezium_bridge.testing.simulator.demo`)."""
-    from debezium_bridge.formats.debezium.encode import InMemoryRegistry
+    from debezium_bridge.formats.debezium.registry import InMemoryRegistry
     from debezium_bridge.testing.simulator import demo_traffic
 
     registry = InMemoryRegistry()

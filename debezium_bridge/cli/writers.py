@@ -24,19 +24,14 @@ from typing import Any, BinaryIO, Literal, Protocol
 
 import msgspec
 
+from debezium_bridge.clients.registry import registry_registrar
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.formats.ces.columns import ColumnCatalog
 from debezium_bridge.formats.ces.decode import is_ces
 from debezium_bridge.formats.ces.encode import CesEncoder
-from debezium_bridge.formats.ces.errors import dead_letter_for
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.formats.debezium.encode import (
-    DebeziumOutOptions,
-    DebeziumWriter,
-    InMemoryRegistry,
-    SchemaRegistrar,
-    registry_registrar,
-)
+from debezium_bridge.formats.columns import ColumnCatalog
+from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.formats.debezium.registry import InMemoryRegistry, SchemaRegistrar
 from debezium_bridge.formats.dumps import write_lossless
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
@@ -162,7 +157,7 @@ class CesWriter:
         if not self.lossless:
             out.write(self.encoder.encode_lines(changes, errors))
         else:
-            from debezium_bridge.testing.simulator import partition_for
+            from debezium_bridge.partitioner import partition_for
 
             records = []
             for change in changes:
@@ -183,7 +178,7 @@ class CesWriter:
                     records.append(RawRecord(self.topic, partition, offset, timestamp,
                                              message.key, message.value, message.headers))
             write_lossless(records, out)
-        return [dead_letter_for(change, exc) for change, exc in errors]
+        return [DeadLetter.of_change(change, exc) for change, exc in errors]
 
     def finish(self) -> None:
         pass
@@ -209,7 +204,7 @@ class DebeziumFileWriter:
             try:
                 records += self.writer.encode(change)
             except Exception as exc:
-                dead.append(dead_letter_for(change, exc))
+                dead.append(DeadLetter.of_change(change, exc))
         if self.lossless:
             write_lossless(records, out)
         else:

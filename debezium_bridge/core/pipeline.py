@@ -18,9 +18,9 @@ from collections.abc import Iterable, Iterator
 
 from debezium_bridge.core import Translator, TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
-from debezium_bridge.formats.ces.columns import ColumnCatalog
 from debezium_bridge.formats.ces.decode import CesAssembler, CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.columns import ColumnCatalog
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 import msgspec
 
 from debezium_bridge.core.counters import Counters
-from debezium_bridge.errors import ConfigError
+from debezium_bridge.errors import ConfigError, LsnFormatError
+from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import (
     DEBEZIUM_OPS,
@@ -46,7 +47,7 @@ from debezium_bridge.model.change import (
     seq_of,
 )
 from debezium_bridge.model.dead_letter import DeadLetter
-from debezium_bridge.model.lsn import LsnFormatError, parse_lsn
+from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
 
 TopicPartition = tuple[str, int]
@@ -151,7 +152,7 @@ class Translator:
     def __init__(self, config: TranslatorConfig | None = None,
                  decoder: Decoder | None = None) -> None:
         self.config = config or TranslatorConfig()
-        self.decoder = decoder or Decoder()
+        self.decoder = decoder or Decoder(ces=CesDecoder())
         self.counters = Counters()
         self._changes: list[ChangeRecord] = []
         self._dead: list[DeadLetter] = []

@@ -5,9 +5,11 @@ from __future__ import annotations
 import msgspec
 
 from debezium_bridge.errors import RecordError
+from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import Header, RawRecord
 
 ERROR_HEADER_PREFIX = "__connect.errors."
+_JSON = msgspec.json.Encoder()
 
 
 class DeadLetter(msgspec.Struct, frozen=True, gc=False):
@@ -27,6 +29,19 @@ class DeadLetter(msgspec.Struct, frozen=True, gc=False):
         return cls(record=record,
                    stage=stage or (error.stage if isinstance(error, RecordError) else "decode"),
                    error_class=kind.__qualname__, message=message, error_module=kind.__module__)
+
+    @classmethod
+    def of_change(cls, change: ChangeRecord, error: Exception, stage: str = "encode"
+                  ) -> DeadLetter:
+        """A dead letter for a change record an output format cannot hold: the record's
+        canonical JSON as the value, at the coordinates of the (last) input record that made
+        it."""
+        where = change.lineage[-1] if change.lineage else None
+        raw = RawRecord(topic=where.topic if where else f"canonical:{change.table_id}",
+                        partition=where.partition if where else 0,
+                        offset=where.offset if where else None,
+                        key=_JSON.encode(change.key), value=_JSON.encode(change))
+        return cls.of(error, raw, stage=stage)
 
     def context_headers(self) -> tuple[Header, ...]:
         """Kafka Connect-style ``__connect.errors.*`` headers describing the failure."""

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import re
 
+from debezium_bridge.errors import LsnFormatError
+
 LSN_BYTES = 10
 NULL_LSN = b""
 """The sort key of a missing LSN: the empty byte string sorts below every 10-byte LSN."""
 
 _CANONICAL = re.compile(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}")
 _HEX = re.compile(r"[0-9a-fA-F]{1,20}")
-
-
-class LsnFormatError(ValueError):
-    """The text is not an LSN."""
 
 
 def parse_lsn(text: str | None) -> bytes:

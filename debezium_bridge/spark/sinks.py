@@ -85,7 +85,7 @@ def _console_sink(frame: Any, batch_id: int) -> None:
 def _produce_partition(settings: Mapping[str, str], topic: str | None
                        ) -> Callable[[Iterator[Any]], None]:
     def write(rows: Iterator[Any]) -> None:
-        from debezium_bridge.kafka import produce
+        from debezium_bridge.clients.kafka import produce
         from debezium_bridge.model.records import RawRecord
 
         records = (RawRecord(topic or row["topic"], 0, None, None, row["key"], row["value"],

@@ -37,20 +37,19 @@ from typing import Any, Literal
 
 import msgspec
 
+from debezium_bridge.clients.registry import RegistrySchemaResolver
 from debezium_bridge.core.translator import TranslatorConfig
 from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
 from debezium_bridge.errors import ConfigError, RecordError
 from debezium_bridge.formats.canonical import exploded_rows, flat_rows
-from debezium_bridge.formats.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.formats.debezium.avro import (
-    AvroDecoder,
-    FileSchemaResolver,
-    RegistrySchemaResolver,
-)
+from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
+from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder, DecodeSettings
 from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
@@ -166,10 +165,9 @@ def _decoder(spec: _DecoderSpec) -> tuple[Decoder, ColumnCatalog | None]:
             resolver = FileSchemaResolver(spec.avro_schemas)
         else:
             resolver = None
-        decoder = Decoder(spec.options, AvroDecoder(resolver))
-        catalog = None
-        if spec.column_types:
-            catalog = ColumnCatalog()
+        catalog = ColumnCatalog() if spec.column_types else None
+        decoder = Decoder(spec.options, AvroDecoder(resolver), CesDecoder(catalog=catalog))
+        if catalog is not None:
             decoder.add_schema_listener(catalog.add_schema)
         found = _decoders[spec.token] = (decoder, catalog)
     return found
@@ -381,7 +379,7 @@ class _Encoder:
 
 _dead_decoder = msgspec.msgpack.Decoder(DeadLetter)
 _NO_COUNTS = (0,) * len(RELEASE_COUNTERS)
-_columns_decoder = msgspec.msgpack.Decoder(tuple[CesColumn, ...])
+_columns_decoder = msgspec.msgpack.Decoder(tuple[CatalogColumn, ...])
 _learned_decoder = msgspec.msgpack.Decoder(list[tuple[TableRef, bytes]])
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema
 
+from debezium_bridge.errors import BridgeError
 from debezium_bridge.formats.ces import avro as ces_avro
 
 _LSN = r"^[0-9A-F]{8}:[0-9A-F]{8}:[0-9A-F]{4}$"
@@ -121,7 +122,7 @@ for _schema in (ENVELOPE_SCHEMA, DATA_SCHEMA, ROW_SCHEMA):
     jsonschema.Draft202012Validator.check_schema(_schema)
 
 
-class CesValidationError(AssertionError):
+class CesValidationError(BridgeError, AssertionError):
     """A CES event does not follow the format."""
 
 

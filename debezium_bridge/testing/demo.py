@@ -22,8 +22,9 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.kafka import EmbeddedKafka, create_topics, produce
+from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.model.records import RawRecord
+from debezium_bridge.testing.broker import EmbeddedKafka
 from debezium_bridge.testing.simulator import demo
 
 HEARTBEAT_TOPIC = "__debezium-heartbeat.server1"

@@ -15,7 +15,6 @@ import base64
 import datetime as dt
 import random
 import re
-import struct
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -26,13 +25,12 @@ from debezium_bridge.formats.debezium.encode import (
     DEFAULT_VERSION,
     DebeziumEncoder,
     Encoding,
-    InMemoryRegistry,
-    SchemaRegistrar,
     TableSpec,
     TransactionBlock,
     TransactionTopicEncoder,
     features,
 )
+from debezium_bridge.formats.debezium.registry import InMemoryRegistry, SchemaRegistrar
 from debezium_bridge.formats.debezium.sqltypes import (
     DEFAULT_MODES,
     UNAVAILABLE_VALUE,
@@ -41,48 +39,7 @@ from debezium_bridge.formats.debezium.sqltypes import (
     format_decimal,
 )
 from debezium_bridge.model.records import Header, RawRecord
-
-# --------------------------------------------------------------------------- Kafka partitioner
-
-_M32 = 0xFFFFFFFF
-_MURMUR_M = 0x5BD1E995
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (seed ``0x9747b28c``), as a signed 32-bit int."""
-    length = len(data)
-    h = (0x9747B28C ^ length) & _M32
-    tail = length & ~3
-    for (k,) in struct.iter_unpack("<I", data[:tail]):
-        k = (k * _MURMUR_M) & _M32
-        k ^= k >> 24
-        k = (k * _MURMUR_M) & _M32
-        h = ((h * _MURMUR_M) & _M32) ^ k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * _MURMUR_M) & _M32
-    h ^= h >> 13
-    h = (h * _MURMUR_M) & _M32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def to_positive(number: int) -> int:
-    """Kafka's ``Utils.toPositive``: clear the sign bit."""
-    return number & 0x7FFFFFFF
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The default partitioner's choice for a non-null key."""
-    return to_positive(murmur2(key)) % partitions
-
-
-# --------------------------------------------------------------------------- LSNs and serials
+from debezium_bridge.partitioner import partition_for
 
 
 def format_lsn(value: int) -> str:

@@ -111,13 +111,9 @@ import pytest
 
 from debezium_bridge.core.translator import Translator
 from debezium_bridge.formats.canonical import flat_rows, to_dict
-from debezium_bridge.formats.debezium.avro import (
-    AvroDecoder,
-    FileSchemaResolver,
-    envelope_row_schema,
-    unwrap_avro_json,
-)
+from debezium_bridge.formats.debezium.avro import AvroDecoder, envelope_row_schema, unwrap_avro_json
 from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder
+from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from debezium_bridge.kafka import EmbeddedKafka, create_topics
+from debezium_bridge.clients.kafka import create_topics
+from debezium_bridge.testing.broker import EmbeddedKafka
 
 
 def _docker_answers() -> bool:

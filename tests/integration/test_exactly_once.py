@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from debezium_bridge.kafka import create_topics, produce
+from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.translate import OUTPUT_SCHEMA
 from debezium_bridge.testing.simulator import bulk_corpus

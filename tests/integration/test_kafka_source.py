@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from debezium_bridge.clients.kafka import produce
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.kafka import produce
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.source import KAFKA_SCHEMA, _Topology, kafka_reader
 from tests.integration.streams import run_available_now

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from debezium_bridge.kafka import create_topics, produce
+from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.job import load_job_config
 from debezium_bridge.testing.demo import _heartbeat

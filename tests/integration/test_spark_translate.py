@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.core.translator import Translator
 from debezium_bridge.formats.canonical import to_json
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.kafka import create_topics, produce
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark import KAFKA_SCHEMA, TranslateConfig, kafka_reader, kafka_rows, translate

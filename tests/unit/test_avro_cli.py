@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
 
-from debezium_bridge.cli import main
+from debezium_bridge.cli import EXIT_SERVICE, main
 from debezium_bridge.formats.dumps import write_lossless
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.testing.simulator import _DEMO_ROWS, DemoExpectation, demo
@@ -278,26 +278,14 @@ def test_samples_command_avro_schemas_out_round_trip(tmp_path: Path, json_run: R
 
 @pytest.mark.parametrize("settings", [[*AUTH[:1], f"basic.auth.user.info={USER}:wrong"], []],
                          ids=["wrong-credentials", "no-credentials"])
-def test_registry_auth_failure_dead_letters_every_avro_record(settings: list[str], avro: Demo,
-                                                              registry: SchemaRegistryServer,
-                                                              tmp_path: Path):
-    options = ["--schema-registry", registry.url, *settings]
-    run = convert(tmp_path / "run", avro.dump, *options)
-    assert run.code == 0
-    assert run.out == []
-    expected = avro.expected
-    rejected = expected.data_records + expected.corrupt
-    c = run.counters
-    assert c["balanced"] is True
-    assert (c["dead_letters"], c["tombstones"], c["changes_out"]) == (
-        rejected, expected.tombstones, 0)
-    stages = letters_by_stage(run)
-    assert set(stages) == {"schema"}
-    assert len(stages["schema"]) == rejected
-    ids = {int.from_bytes(r.value[1:5], "big") for r in avro.records if r.value}
-    for h in stages["schema"]:
-        assert any(f"schema id {i}" in h["__connect.errors.exception.message"] for i in ids)
-    assert convert(tmp_path / "strict", avro.dump, *options, "--fail-on-error").code == 1
+def test_registry_refusing_access_stops_the_run(settings: list[str], avro: Demo,
+                                                registry: SchemaRegistryServer, tmp_path: Path):
+    """A registry that refuses access (HTTP 401) says nothing about the records: the run stops
+    with the service exit code and dead-letters none of them."""
+    run = convert(tmp_path / "run", avro.dump, "--schema-registry", registry.url, *settings)
+    assert run.code == EXIT_SERVICE
+    assert run.dead == []
+    assert run.counters["dead_letters"] == 0
 
 
 def _with_unknown_value_id(records: list[RawRecord], unknown: int) -> tuple[list[RawRecord], int]:

@@ -30,8 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from debezium_bridge.core.translator import Translator
-from debezium_bridge.formats.debezium.avro import AvroDecoder, FileSchemaResolver
+from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import Header, RawRecord
 

@@ -9,7 +9,7 @@ import fastavro
 
 from debezium_bridge.core import Translator
 from debezium_bridge.formats.canonical import to_dict
-from debezium_bridge.formats.debezium.encode import InMemoryRegistry
+from debezium_bridge.formats.debezium.registry import InMemoryRegistry
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.testing.simulator import demo_traffic
 from tests.paths import ROOT

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from debezium_bridge.errors import EncodeError
 from debezium_bridge.formats.ces.encode import ID_NAMESPACE, CesEncoder, safe_cut, split_content
-from debezium_bridge.formats.ces.errors import EncodeError
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.testing.ces_schema import CesValidationError, validate_events

@@ -17,19 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from debezium_bridge.errors import ConfigError, ValueConversionError
-from debezium_bridge.formats.ces.columns import ColumnCatalog, column_type, columns_of
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.formats.ces.render import (
-    RenderStats,
-    SqlType,
-    parse_type,
-    parser,
-    renderer,
-    type_from_source,
-)
+from debezium_bridge.formats.ces.render import RenderStats, parser, renderer
+from debezium_bridge.formats.columns import ColumnCatalog, column_type, columns_of
 from debezium_bridge.formats.debezium.sqltypes import SqlColumn, connect_column
 from debezium_bridge.model.change import TableRef
 from debezium_bridge.model.schema import Column, TableSchema
+from debezium_bridge.model.sqltype import SqlType, parse_type, type_from_source
 
 DEFAULT = CesOptions()
 

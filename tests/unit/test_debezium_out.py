@@ -13,31 +13,24 @@ from typing import Any
 
 import pytest
 
+from debezium_bridge.clients.registry import RegistrySchemaResolver, registry_registrar
 from debezium_bridge.core import Translator
 from debezium_bridge.core.pipeline import Pipeline
-from debezium_bridge.formats.ces.errors import EncodeError
+from debezium_bridge.errors import EncodeError
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.formats.debezium.avro import (
-    AvroDecoder,
-    FileSchemaResolver,
-    RegistrySchemaResolver,
-)
+from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
-from debezium_bridge.formats.debezium.encode import (
-    DebeziumOutOptions,
-    DebeziumWriter,
-    InMemoryRegistry,
-    registry_registrar,
-)
+from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.formats.debezium.registry import FileSchemaResolver, InMemoryRegistry
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import RawRecord
+from debezium_bridge.partitioner import partition_for
 from debezium_bridge.testing.simulator import (
     _DEMO_ROWS,
     CUSTOMERS,
     CdcSimulator,
     Insert,
     demo,
-    partition_for,
 )
 from tests.support.registry import SchemaRegistryServer
 from tests.unit.ces_support import PROPAGATE, as_records, ces_values, comparable, run

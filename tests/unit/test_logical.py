@@ -6,14 +6,14 @@ import base64
 
 import pytest
 
-from debezium_bridge.errors import ValueConversionError
+from debezium_bridge.errors import LsnFormatError, ValueConversionError
 from debezium_bridge.formats.debezium.logical import (
     RowDecoder,
     SchemalessRowDecoder,
     converter_for,
     format_unscaled,
 )
-from debezium_bridge.model.lsn import LsnFormatError, format_lsn, parse_lsn
+from debezium_bridge.model.lsn import format_lsn, parse_lsn
 from debezium_bridge.model.schema import Column, TableSchema
 
 DEC = "org.apache.kafka.connect.data.Decimal"

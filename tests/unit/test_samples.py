@@ -16,9 +16,11 @@ from typing import Any
 import fastavro
 import pytest
 
-from debezium_bridge.formats.debezium.encode import InMemoryRegistry, TableSpec
+from debezium_bridge.formats.debezium.encode import TableSpec
+from debezium_bridge.formats.debezium.registry import InMemoryRegistry
 from debezium_bridge.formats.debezium.sqltypes import UNAVAILABLE_VALUE, SqlColumn
 from debezium_bridge.model.records import RawRecord
+from debezium_bridge.partitioner import murmur2, partition_for, to_positive
 from debezium_bridge.testing.simulator import (
     CUSTOMERS,
     CdcSimulator,
@@ -31,9 +33,6 @@ from debezium_bridge.testing.simulator import (
     demo_expectation,
     demo_traffic,
     format_lsn,
-    murmur2,
-    partition_for,
-    to_positive,
 )
 
 LSN = re.compile(r"[0-9a-f]{8}:[0-9a-f]{8}:[0-9a-f]{4}")

@@ -27,11 +27,11 @@ from debezium_bridge.errors import SchemaError, ValueConversionError
 from debezium_bridge.formats.debezium.encode import (
     Change,
     DebeziumEncoder,
-    InMemoryRegistry,
     TableSpec,
     TransactionTopicEncoder,
     features,
 )
+from debezium_bridge.formats.debezium.registry import InMemoryRegistry
 from debezium_bridge.formats.debezium.sqltypes import (
     UNAVAILABLE_VALUE,
     ConnectorModes,

@@ -8,15 +8,15 @@
 * :mod:`debezium_bridge.testing.ces_schema`: JSON Schemas of the format and a validator.
 """
 
-from debezium_bridge.formats.ces.columns import CesColumn, ColumnCatalog
+from debezium_bridge.errors import EncodeError
 from debezium_bridge.formats.ces.decode import CesAssembler, CesDecoder
 from debezium_bridge.formats.ces.encode import CesCounters, CesEncoder, CesMessage
-from debezium_bridge.formats.ces.errors import EncodeError
 from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 
 __all__ = [
+    "CatalogColumn",
     "CesAssembler",
-    "CesColumn",
     "CesCounters",
     "CesDecoder",
     "CesEncoder",

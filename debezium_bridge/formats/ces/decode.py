@@ -53,16 +53,23 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.errors import DecodeError, EnvelopeError, RecordError
+from debezium_bridge.errors import (
+    DecodeError,
+    EnvelopeError,
+    LsnFormatError,
+    RecordError,
+    SegmentError,
+)
 from debezium_bridge.formats.ces import avro as ces_avro
-from debezium_bridge.formats.ces.columns import CesColumn, ColumnCatalog
 from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
-from debezium_bridge.formats.ces.render import Parse, parse_type, parser
+from debezium_bridge.formats.ces.render import Parse, parser
+from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 from debezium_bridge.formats.debezium.envelope import Envelope, Source, Transaction, build_event
 from debezium_bridge.model.change import ChangeEvent, SideRecord, TableRef, TxRef
 from debezium_bridge.model.dead_letter import DeadLetter
-from debezium_bridge.model.lsn import LsnFormatError, normalize_lsn
+from debezium_bridge.model.lsn import normalize_lsn
 from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.sqltype import parse_type
 
 HALF_HEADER = "debezium-bridge.ces.half"
 """Header :class:`CesAssembler` puts on the two halves of a key-changing ``UPD``
@@ -73,12 +80,6 @@ _SERIALS = {"c": 1, "d": 1, "u": 2}
 
 _json_decode = msgspec.json.decode
 _json_encode = msgspec.json.Encoder().encode
-
-
-class SegmentError(RecordError):
-    """A CES event whose segments cannot be reassembled (a segment is missing)."""
-
-    stage = "ces-assemble"
 
 
 # --------------------------------------------------------------------------- envelope access
@@ -458,7 +459,7 @@ class _CesRows:
 
     __slots__ = ("absent_unavailable", "names", "parsers")
 
-    def __init__(self, columns: tuple[CesColumn, ...], absent_unavailable: bool) -> None:
+    def __init__(self, columns: tuple[CatalogColumn, ...], absent_unavailable: bool) -> None:
         self.names = tuple(c.name for c in columns)
         self.parsers: dict[str, Parse] = {}
         for column in columns:
@@ -610,7 +611,7 @@ class CesDecoder:
             event.tx = TxRef(tx.id, tx.total_order, tx.data_collection_order, begin_text)
         return event
 
-    def _columns(self, cols: Any) -> tuple[CesColumn, ...]:
+    def _columns(self, cols: Any) -> tuple[CatalogColumn, ...]:
         if not isinstance(cols, list):
             return ()
         out = []
@@ -618,11 +619,11 @@ class CesDecoder:
             if not isinstance(col, dict) or not isinstance(col.get("name"), str):
                 raise EnvelopeError("CES cols entry without a name")
             index = col.get("index")
-            out.append(CesColumn(col["name"], str(col.get("type") or "nvarchar(max)").lower(),
+            out.append(CatalogColumn(col["name"], str(col.get("type") or "nvarchar(max)").lower(),
                                  index if isinstance(index, int) else position))
         return tuple(out)
 
-    def _rows_for(self, columns: tuple[CesColumn, ...]) -> _CesRows:
+    def _rows_for(self, columns: tuple[CatalogColumn, ...]) -> _CesRows:
         cache_key = (columns, self.options.absent_columns)
         rows = self._rows.get(cache_key)
         if rows is None:

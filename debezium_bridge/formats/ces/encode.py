@@ -21,7 +21,7 @@ Field by field (``../shared/reference/ces.md`` §1.5 and §7; options in
   translator releases them; a merged key change counts once, or twice as DEL + INS).
   ``finalevent``: ``false`` ("always false", MF-26).
 * ``logicalid``: ``<guid>:<commit LSN, 20 upper-case hex digits>:<sequencenumber, 20 digits>``.
-* ``cols``: the table's columns with SQL types (:mod:`debezium_bridge.formats.ces.columns`); ``pkkey``:
+* ``cols``: the table's columns with SQL types (:mod:`debezium_bridge.formats.columns`); ``pkkey``:
   the key columns (record key order) with their values as strings; ``old``/``current``: compact
   JSON texts of ``{column: string | null}`` (``"{}"`` where there is no image).
 * Unchanged LOB columns (Debezium's unavailable placeholder) are left out of ``old``/``current``
@@ -47,19 +47,19 @@ from typing import Any, Literal
 
 import msgspec
 
-from debezium_bridge.errors import RecordError
+from debezium_bridge.errors import EncodeError, RecordError
 from debezium_bridge.formats.ces import avro as ces_avro
-from debezium_bridge.formats.ces.columns import (
-    CesColumn,
+from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
+from debezium_bridge.formats.ces.render import Render, RenderStats, renderer
+from debezium_bridge.formats.columns import (
+    CatalogColumn,
     ColumnCatalog,
     Columns,
     record_column_names,
 )
-from debezium_bridge.formats.ces.errors import EncodeError
-from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
-from debezium_bridge.formats.ces.render import Render, RenderStats, parse_type, renderer
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import Header
+from debezium_bridge.model.sqltype import parse_type
 
 CES_TYPE = "com.microsoft.SQL.CES.DML.V1"
 SPEC_VERSION = "1.0"
@@ -226,9 +226,9 @@ class _Plan:
         self.columns = columns
         self.guessed = guessed
         renders: list[tuple[str, Render]] = []
-        self.by_name: dict[str, tuple[CesColumn, Render]] = {}
+        self.by_name: dict[str, tuple[CatalogColumn, Render]] = {}
         self.lob: set[str] = set()
-        kept: list[CesColumn] = []
+        kept: list[CatalogColumn] = []
         for column in columns:
             sql_type = parse_type(column.type)
             render = renderer(sql_type, options, stats)
@@ -300,7 +300,7 @@ class CesEncoder:
     def encode(self, record: ChangeRecord) -> list[CesMessage]:
         """The Kafka records (events or segments) of one canonical record; ``[]`` when the
         record is dropped (truncate, or a snapshot row with ``snapshot_rows=skip``). Raises
-        :class:`~debezium_bridge.formats.ces.errors.EncodeError`."""
+        :class:`~debezium_bridge.errors.EncodeError`."""
         headers = self._headers
         return [CesMessage(key, value, headers) for key, value in self._encode(record)]
 

@@ -9,125 +9,32 @@ epoch integers) that the JSON path sees, and one set of converters serves both.
 from __future__ import annotations
 
 import io
-import json
-import time
 from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import fastavro
 import msgspec
 
-from debezium_bridge.errors import ConfigError, DecodeError, EnvelopeError, SchemaError
+from debezium_bridge.errors import DecodeError, EnvelopeError, SchemaError
 from debezium_bridge.formats.debezium.avro_reader import Projection, compile_reader
-from debezium_bridge.formats.debezium.envelope import Envelope, Source, Transaction, build_event
-from debezium_bridge.formats.debezium.logical import RowDecoder
+from debezium_bridge.formats.debezium.envelope import (
+    Envelope,
+    RowDecoderLike,
+    RowSource,
+    Source,
+    Transaction,
+    build_event,
+)
+from debezium_bridge.formats.debezium.registry import SchemaResolver
 from debezium_bridge.model.change import ChangeEvent, SideRecord
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.model.schema import Column, TableSchema
-
-if TYPE_CHECKING:
-    from debezium_bridge.formats.debezium.decode import Decoder
 
 _AVRO_PRIMITIVES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
                     "boolean": "boolean", "string": "string", "bytes": "bytes", "record": "struct",
                     "array": "array", "map": "map", "enum": "string", "fixed": "bytes"}
-
-
-class SchemaResolver(Protocol):
-    """Looks up Avro writer schemas by registry id (and optionally by subject)."""
-
-    def by_id(self, schema_id: int) -> Mapping[str, Any]: ...
-    def by_subject(self, subject: str) -> Mapping[str, Any] | None: ...
-
-
-def _schema_json(value: Any) -> Mapping[str, Any]:
-    """A schema given as an object, as JSON text, or as the registry's ``{"schema": "…"}``."""
-    if isinstance(value, str):
-        value = json.loads(value)
-    if isinstance(value, Mapping) and isinstance(value.get("schema"), str) and "type" not in value:
-        value = json.loads(value["schema"])
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"not an Avro schema: {value!r:.80}")
-    return value
-
-
-class FileSchemaResolver:
-    """Offline schemas: a JSON object mapping schema id (or subject name) → Avro schema."""
-
-    def __init__(self, schemas: Mapping[str, Any]) -> None:
-        self._by_id: dict[int, Mapping[str, Any]] = {}
-        self._by_subject: dict[str, Mapping[str, Any]] = {}
-        for name, schema in schemas.items():
-            parsed = _schema_json(schema)
-            if str(name).isdigit():
-                self._by_id[int(name)] = parsed
-            else:
-                self._by_subject[str(name)] = parsed
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> FileSchemaResolver:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read Avro schemas from {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a JSON object mapping schema id → schema")
-        return cls(data)
-
-    def add_subject(self, subject: str, schema: Any) -> None:
-        self._by_subject[subject] = _schema_json(schema)
-
-    def by_id(self, schema_id: int) -> Mapping[str, Any]:
-        try:
-            return self._by_id[schema_id]
-        except KeyError:
-            raise SchemaError(f"unknown Avro schema id {schema_id}") from None
-
-    def by_subject(self, subject: str) -> Mapping[str, Any] | None:
-        return self._by_subject.get(subject)
-
-
-FAILURE_RETRY_SECONDS = 30.0
-"""A failed schema lookup is not retried for this long (each record would otherwise ask)."""
-
-
-class RegistrySchemaResolver:
-    """Schemas from a Confluent Schema Registry through confluent-kafka's client."""
-
-    def __init__(self, conf: Mapping[str, Any]) -> None:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
-        try:
-            self._client = SchemaRegistryClient(dict(conf))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"schema registry settings: {exc}") from exc
-        self._cache: dict[int, Mapping[str, Any]] = {}
-        self._failures: dict[int, tuple[float, str]] = {}
-
-    def by_id(self, schema_id: int) -> Mapping[str, Any]:
-        cached = self._cache.get(schema_id)
-        if cached is None:
-            failure = self._failures.get(schema_id)
-            if failure is not None and time.monotonic() < failure[0]:
-                raise SchemaError(failure[1])
-            try:
-                cached = json.loads(self._client.get_schema(schema_id).schema_str or "null")
-            except Exception as exc:
-                message = f"schema registry: cannot fetch schema id {schema_id}: {exc}"
-                self._failures[schema_id] = (time.monotonic() + FAILURE_RETRY_SECONDS, message)
-                raise SchemaError(message) from exc
-            self._cache[schema_id] = cached
-        return cached
-
-    def by_subject(self, subject: str) -> Mapping[str, Any] | None:
-        try:
-            registered = self._client.get_latest_version(subject)
-        except Exception:
-            return None
-        return json.loads(registered.schema.schema_str or "null")
 
 
 def strip_logical_types(schema: Any) -> Any:
@@ -215,10 +122,10 @@ def _latin1_bytes(value: Any) -> Any:
 class _AvroJsonRows:
     """Avro-JSON row images: bytes arrive as ISO-8859-1 text; convert, then decode."""
 
-    def __init__(self, rows: RowDecoder) -> None:
-        self.schema = rows.schema
+    def __init__(self, rows: RowDecoderLike, schema: TableSchema) -> None:
+        self.schema = schema
         self._rows = rows
-        self._bytes = tuple(c.name for c in rows.schema.columns if c.connect_type == "bytes")
+        self._bytes = tuple(c.name for c in schema.columns if c.connect_type == "bytes")
 
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         for name in self._bytes:
@@ -278,7 +185,7 @@ class AvroDecoder:
                 "Confluent Avro record but no schema registry or --avro-schemas given")
         return self.resolver
 
-    def _compile(self, schema_id: int, decoder: Decoder, *, key: bool) -> _Compiled:
+    def _compile(self, schema_id: int, rows: RowSource, *, key: bool) -> _Compiled:
         schema = self._require_resolver().by_id(schema_id)
         try:
             parsed = fastavro.parse_schema(strip_logical_types(dict(schema)))
@@ -290,9 +197,9 @@ class AvroDecoder:
             table = table_from_avro(schema, named) if schema.get("type") == "record" else None
         else:
             table = envelope_row_schema(schema)
-        rows = decoder._row_decoder(table) if table is not None else decoder._schemaless
+        row_decoder = rows.rows_for(table)
         keep = _ENVELOPE_FIELDS if not key and _is_envelope(parsed) else None
-        return _Compiled(parsed, rows, table.column_names if table else None, keep)
+        return _Compiled(parsed, row_decoder, table.column_names if table else None, keep)
 
     @staticmethod
     def _read(raw: bytes, compiled: _Compiled) -> Any:
@@ -310,12 +217,12 @@ class AvroDecoder:
             raise DecodeError("Confluent Avro record shorter than its 5-byte header")
         return int.from_bytes(raw[1:5], "big")
 
-    def decode(self, record: RawRecord, decoder: Decoder) -> ChangeEvent | SideRecord:
+    def decode(self, record: RawRecord, rows: RowSource) -> ChangeEvent | SideRecord:
         raw = record.value or b""
         schema_id = self._schema_id(raw)
         compiled = self._compiled.get(schema_id)
         if compiled is None:
-            compiled = self._compiled[schema_id] = self._compile(schema_id, decoder, key=False)
+            compiled = self._compiled[schema_id] = self._compile(schema_id, rows, key=False)
         datum = self._read(raw, compiled)
         if not isinstance(datum, dict):
             raise EnvelopeError("Avro value is not a record")
@@ -330,14 +237,14 @@ class AvroDecoder:
             env = msgspec.convert(datum, Envelope, strict=False)
         except msgspec.ValidationError as exc:
             raise EnvelopeError(f"malformed envelope: {exc}") from exc
-        key = decoder.decode_key(record, record.key)
+        key = rows.decode_key(record, record.key)
         return build_event(env, record, key, compiled.rows, None, compiled.columns)
 
-    def decode_key(self, record: RawRecord, raw: bytes, decoder: Decoder) -> dict[str, Any] | None:
+    def decode_key(self, record: RawRecord, raw: bytes, rows: RowSource) -> dict[str, Any] | None:
         schema_id = self._schema_id(raw)
         compiled = self._key_compiled.get(schema_id)
         if compiled is None:
-            compiled = self._key_compiled[schema_id] = self._compile(schema_id, decoder, key=True)
+            compiled = self._key_compiled[schema_id] = self._compile(schema_id, rows, key=True)
         datum = self._read(raw, compiled)
         if datum is None:
             return None
@@ -345,7 +252,7 @@ class AvroDecoder:
             raise DecodeError("Avro key is not a record")
         return dict(datum)
 
-    def json_rows(self, topic: str, decoder: Decoder) -> Any | None:
+    def json_rows(self, topic: str, rows: RowSource) -> Any | None:
         """Row decoder for Avro-JSON values of ``topic`` when its value schema is known."""
         if self.resolver is None:
             return None
@@ -353,7 +260,7 @@ class AvroDecoder:
             schema = self.resolver.by_subject(f"{topic}-value")
             table = envelope_row_schema(schema) if schema else None
             self._json_rows[topic] = (
-                _AvroJsonRows(decoder._row_decoder(table)) if table is not None else None)
+                _AvroJsonRows(rows.rows_for(table), table) if table is not None else None)
         return self._json_rows[topic]
 
 

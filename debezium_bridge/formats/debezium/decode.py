@@ -9,7 +9,7 @@ translator turns them into dead letters at the record boundary.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -146,11 +146,21 @@ def _envelope_row_schema(schema: Any) -> TableSchema | None:
     return None
 
 
+class CloudEventDecoder(Protocol):
+    """Decodes the CloudEvents of another format found among Debezium records (SQL Server
+    CES events); given to :class:`Decoder` so that this module need not know that format."""
+
+    def decode(self, record: RawRecord, doc: dict[str, Any] | None = None
+               ) -> ChangeEvent | SideRecord: ...
+
+
 class Decoder:
-    """Decodes keys and values of Debezium records in any supported encoding."""
+    """Decodes keys and values of Debezium records in any supported encoding; CES events
+    (JSON type ``com.microsoft.SQL.CES.*``, or Avro) go to ``ces``."""
 
     def __init__(self, options: DecodeOptions | None = None,
-                 avro: AvroDecoder | None = None) -> None:
+                 avro: AvroDecoder | None = None,
+                 ces: CloudEventDecoder | None = None) -> None:
         self.options = options or DecodeOptions()
         self.avro = avro or AvroDecoder()
         self._value_schemas = _SchemaCache()
@@ -161,9 +171,8 @@ class Decoder:
         self.schema_listeners: list[Callable[[TableSchema], None]] = []
         """Called with every row schema the decoder compiles (the CES/Debezium output encoders
         learn SQL column types this way); see :meth:`add_schema_listener`."""
-        self.ces: Any = None
-        """The :class:`debezium_bridge.formats.ces.decode.CesDecoder` for CES CloudEvents (created on the
-        first CES record unless given)."""
+        self.ces = ces
+        """The decoder of CES CloudEvents (``None``: CES records are rejected)."""
         self._file_rows: dict[str, RowDecoder] = {
             name: self._row_decoder(schema) for name, schema in self.options.table_schemas.items()
         }
@@ -175,17 +184,19 @@ class Decoder:
         for rows in self._file_rows.values():
             listener(rows.schema)
 
+    def rows_for(self, schema: TableSchema | None) -> RowDecoderLike:
+        """The row decoder of a table version (``None``: schema-less)."""
+        return self._schemaless if schema is None else self._row_decoder(schema)
+
     def _row_decoder(self, schema: TableSchema) -> RowDecoder:
         for listener in self.schema_listeners:
             listener(schema)
         return RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
                           binary_mode=self.options.binary_handling_mode)
 
-    def _ces_decoder(self) -> Any:
+    def _ces_decoder(self) -> CloudEventDecoder:
         if self.ces is None:
-            from debezium_bridge.formats.ces.decode import CesDecoder
-
-            self.ces = CesDecoder()
+            raise EnvelopeError("a SQL Server CES event, but this decoder reads no CES")
         return self.ces
 
     def _compile_envelope_schema(
@@ -256,7 +267,7 @@ class Decoder:
                 return self.avro.decode(record, self)
             if first not in _JSON_START:
                 if value.startswith(b"\x061.0"):  # Avro "1.0" (specversion): CES Avro
-                    return self._ces_decoder().decode(record)  # type: ignore[no-any-return]
+                    return self._ces_decoder().decode(record)
                 raise DecodeError(
                     f"value is neither JSON nor Confluent Avro (first byte 0x{first:02x})")
             if value.startswith(b'{"schema":'):
@@ -303,7 +314,7 @@ class Decoder:
             return self._from_generic(record, payload, rows, columns)
         if "specversion" in doc:
             if str(doc.get("type", "")).startswith("com.microsoft.SQL.CES."):
-                return self._ces_decoder().decode(record, doc)  # type: ignore[no-any-return]
+                return self._ces_decoder().decode(record, doc)
             return self._from_cloudevent(record, doc)
         return self._from_generic(record, doc, None, None)
 

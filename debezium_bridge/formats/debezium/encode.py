@@ -26,7 +26,7 @@ from typing import Any, Literal
 import fastavro
 import msgspec
 
-from debezium_bridge.errors import ConfigError, SchemaError
+from debezium_bridge.errors import ConfigError, EncodeError, RecordError, SchemaError
 from debezium_bridge.formats.debezium.sqltypes import (
     DEFAULT_MODES,
     UNAVAILABLE_VALUE,
@@ -495,27 +495,6 @@ class TransactionTopicEncoder:
         return self._record("END", tx_id, ts_ms, event_count, data_collections)
 
 
-class InMemoryRegistry:
-    """A :data:`SchemaRegistrar` keeping schemas in memory (same schema → same id)."""
-
-    def __init__(self) -> None:
-        self.schemas: dict[int, Any] = {}
-        self.subjects: dict[str, list[int]] = {}
-        self._ids: dict[bytes, int] = {}
-
-    def __call__(self, subject: str, schema: dict[str, Any]) -> int:
-        text = _JSON.encode(schema)
-        schema_id = self._ids.get(text)
-        if schema_id is None:
-            schema_id = self._ids[text] = len(self._ids) + 1
-            self.schemas[schema_id] = schema
-        versions = self.subjects.setdefault(subject, [])
-        if schema_id not in versions:
-            versions.append(schema_id)
-        return schema_id
-
-
-
 # --------------------------------------------------------------------------- canonical → Debezium
 
 
@@ -603,7 +582,7 @@ class DebeziumWriter:
     """Canonical :class:`~debezium_bridge.model.change.ChangeRecord` s → the SQL Server connector's
     Kafka records (SPEC §5.3), over :class:`DebeziumEncoder`.
 
-    * Column SQL types come from a :class:`~debezium_bridge.formats.ces.columns.ColumnCatalog` (the
+    * Column SQL types come from a :class:`~debezium_bridge.formats.columns.ColumnCatalog` (the
       input's schemas or CES ``cols``; guessed from values when there is none).
     * ``insert`` → ``c``; ``read`` → ``r`` with the record's snapshot marker; ``update`` →
       ``u``; ``delete`` → ``d`` (+ tombstone); an update with ``key_changed`` → ``d`` (old key,
@@ -623,7 +602,7 @@ class DebeziumWriter:
     def __init__(self, options: DebeziumOutOptions | None = None, catalog: Any = None, *,
                  encoding: Literal["json", "avro"] = "json",
                  registrar: SchemaRegistrar | None = None, partitions: int = 1) -> None:
-        from debezium_bridge.formats.ces.columns import ColumnCatalog
+        from debezium_bridge.formats.columns import ColumnCatalog
 
         self.options = options or DebeziumOutOptions()
         self.catalog = catalog if catalog is not None else ColumnCatalog()
@@ -649,7 +628,7 @@ class DebeziumWriter:
         return version if version and _VERSION_RE.match(version) else DEFAULT_VERSION
 
     def _encoder(self, record: Any) -> tuple[DebeziumEncoder, dict[str, Any]]:
-        from debezium_bridge.formats.ces.columns import record_column_names
+        from debezium_bridge.formats.columns import record_column_names
 
         names = record_column_names(record)
         columns = self.catalog.lookup(record.table, names)
@@ -675,7 +654,7 @@ class DebeziumWriter:
         return found
 
     def _place(self, topic: str, key: bytes | None) -> tuple[int, int]:
-        from debezium_bridge.testing.simulator import partition_for
+        from debezium_bridge.partitioner import partition_for
 
         if key is not None:
             partition = partition_for(key, self.partitions)
@@ -688,9 +667,7 @@ class DebeziumWriter:
 
     def encode(self, record: Any) -> list[Any]:
         """The Kafka records (:class:`~debezium_bridge.model.records.RawRecord`) of one canonical
-        record; raises :class:`~debezium_bridge.formats.ces.errors.EncodeError`."""
-        from debezium_bridge.errors import RecordError
-        from debezium_bridge.formats.ces.errors import EncodeError
+        record; raises :class:`~debezium_bridge.errors.EncodeError`."""
 
         self.counters.records_in += 1
         try:
@@ -706,7 +683,6 @@ class DebeziumWriter:
         return out
 
     def _encode(self, record: Any) -> list[Any]:
-        from debezium_bridge.formats.ces.errors import EncodeError
         from debezium_bridge.model.records import RawRecord
 
         op = record.op
@@ -772,22 +748,3 @@ class DebeziumWriter:
                        position.event_serial_no, block)
 
 
-def registry_registrar(conf: Mapping[str, Any]) -> SchemaRegistrar:
-    """A :data:`SchemaRegistrar` over confluent-kafka's ``SchemaRegistryClient`` (Confluent REST
-    protocol; ``conf`` holds ``url`` and client settings such as ``basic.auth.user.info``)."""
-    import json
-
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-    try:
-        client = SchemaRegistryClient(dict(conf))
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"schema registry settings: {exc}") from exc
-
-    def register(subject: str, schema: dict[str, Any]) -> int:
-        try:
-            return int(client.register_schema(subject, Schema(json.dumps(schema), "AVRO")))
-        except Exception as exc:
-            raise SchemaError(f"schema registry: cannot register {subject}: {exc}") from exc
-
-    return register

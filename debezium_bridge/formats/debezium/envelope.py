@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from debezium_bridge.errors import EnvelopeError
+from debezium_bridge.errors import EnvelopeError, LsnFormatError
 from debezium_bridge.model.change import (
     ChangeEvent,
     PositionRef,
@@ -23,8 +23,9 @@ from debezium_bridge.model.change import (
     TableRef,
     TxRef,
 )
-from debezium_bridge.model.lsn import LsnFormatError, normalize_lsn
+from debezium_bridge.model.lsn import normalize_lsn
 from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.schema import TableSchema
 
 _INT64_END = 2**63
 _TS_MIN, _TS_END = -62135596800000, 253402300800000  # years 1..9999 in epoch milliseconds
@@ -67,7 +68,20 @@ class Envelope(msgspec.Struct, gc=False):
 
 
 class RowDecoderLike(Protocol):
+    """Turns a row image into canonical values; says which columns were "not sent"."""
+
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]: ...
+
+
+class RowSource(Protocol):
+    """What an encoding-specific decoder (Avro) needs from the Debezium decoder: row decoders
+    per table version, and keys decoded in any encoding."""
+
+    def rows_for(self, schema: TableSchema | None) -> RowDecoderLike:
+        """The row decoder of a table version (``None``: schema-less, values as they are)."""
+        ...
+
+    def decode_key(self, record: RawRecord, raw: bytes | None) -> dict[str, Any] | None: ...
 
 
 _key_encoder = msgspec.json.Encoder()

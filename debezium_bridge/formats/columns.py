@@ -32,7 +32,6 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.formats.ces.render import SqlType, parse_type, type_from_source
 from debezium_bridge.model.change import ChangeRecord, TableRef
 from debezium_bridge.model.schema import (
     SOURCE_LENGTH_PARAM,
@@ -41,9 +40,10 @@ from debezium_bridge.model.schema import (
     Column,
     TableSchema,
 )
+from debezium_bridge.model.sqltype import SqlType, parse_type, type_from_source
 
 
-class CesColumn(msgspec.Struct, frozen=True, gc=False):
+class CatalogColumn(msgspec.Struct, frozen=True, gc=False):
     """One entry of ``eventsource.cols``: column name, SQL type text, ordinal in the table."""
 
     name: str
@@ -57,7 +57,7 @@ class CesColumn(msgspec.Struct, frozen=True, gc=False):
         return parse_type(self.type)
 
 
-Columns = tuple[CesColumn, ...]
+Columns = tuple[CatalogColumn, ...]
 
 _SEMANTIC_TYPES: dict[str, str] = {
     "io.debezium.time.Date": "date",
@@ -114,7 +114,7 @@ def columns_of(schema: TableSchema) -> Columns:
     out = []
     for index, column in enumerate(schema.columns):
         sql_type, exact = column_type(column)
-        out.append(CesColumn(column.name, sql_type.text, index, exact))
+        out.append(CatalogColumn(column.name, sql_type.text, index, exact))
     return tuple(out)
 
 
@@ -189,7 +189,7 @@ class ColumnCatalog:
         self._cache.clear()
         self.version += 1
 
-    def add(self, table: TableRef, columns: Sequence[CesColumn]) -> None:
+    def add(self, table: TableRef, columns: Sequence[CatalogColumn]) -> None:
         """Register the exact columns of a table version (CES ``cols``)."""
         names = tuple(c.name for c in columns)
         key = (table.db, table.schema, table.name, names)
@@ -234,7 +234,7 @@ class ColumnCatalog:
                         if len(guessed) > 100_000:
                             guessed.clear()
                         guessed[key] = found
-        return tuple(CesColumn(name, guessed.get((table_id, name), "nvarchar(max)"), index, False)
+        return tuple(CatalogColumn(name, guessed.get((table_id, name), "nvarchar(max)"), index, False)
                      for index, name in enumerate(names))
 
     def columns_for(self, record: ChangeRecord) -> Columns:
