@@ -27,19 +27,19 @@ from debezium_bridge.config import (
 )
 from debezium_bridge.core import TranslatorConfig
 from debezium_bridge.core.pipeline import Pipeline
-from debezium_bridge.errors import BridgeError, ConfigError
+from debezium_bridge.errors import BridgeError, ConfigError, ServiceError
 from debezium_bridge.formats.canonical import View, encode_lines
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder, DecodeSettings, load_table_schemas
-from debezium_bridge.formats.debezium.encode import DebeziumOutOptions
 from debezium_bridge.formats.debezium.logical import DEFAULT_PLACEHOLDER
 from debezium_bridge.formats.debezium.registry import FileSchemaResolver
+from debezium_bridge.formats.debezium.writer import DebeziumOutOptions
 from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump, write_lossless
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
 
-EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_IO, EXIT_SERVICE = 0, 1, 2, 3, 4
 
 
 class ConvertConfig(DecodeSettings, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -357,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"debezium-bridge: configuration error: {exc}\n")
         return EXIT_USAGE
+    except ServiceError as exc:
+        sys.stderr.write(f"debezium-bridge: error: {exc}\n")
+        return EXIT_SERVICE
     except BridgeError as exc:
         sys.stderr.write(f"debezium-bridge: error: {exc}\n")
         return EXIT_USAGE

@@ -26,12 +26,12 @@ import msgspec
 
 from debezium_bridge.clients.registry import registry_registrar
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.formats.ces.decode import is_ces
 from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.envelope import is_ces
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import ColumnCatalog
-from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.formats.debezium.registry import InMemoryRegistry, SchemaRegistrar
+from debezium_bridge.formats.debezium.writer import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.formats.dumps import write_lossless
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
@@ -223,7 +223,7 @@ class DebeziumFileWriter:
 
 
 def _epoch_ms(iso: str | None) -> int | None:
-    from debezium_bridge.formats.debezium.encode import _epoch_ms as parse
+    from debezium_bridge.formats.debezium.writer import _epoch_ms as parse
 
     return parse(iso)
 

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from debezium_bridge.core import Translator, TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
-from debezium_bridge.formats.ces.decode import CesAssembler, CesDecoder
+from debezium_bridge.formats.ces.assemble import CesAssembler
+from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import ColumnCatalog
 from debezium_bridge.formats.debezium.decode import Decoder

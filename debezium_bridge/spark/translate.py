@@ -48,8 +48,8 @@ from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder, DecodeSettings
-from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.formats.debezium.registry import FileSchemaResolver
+from debezium_bridge.formats.debezium.writer import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord

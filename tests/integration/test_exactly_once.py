@@ -24,7 +24,7 @@ import pytest
 from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.translate import OUTPUT_SCHEMA
-from debezium_bridge.testing.simulator import bulk_corpus
+from debezium_bridge.testing.corpus import bulk_corpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

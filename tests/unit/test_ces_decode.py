@@ -19,8 +19,9 @@ import pytest
 from debezium_bridge.core import Translator, TranslatorConfig
 from debezium_bridge.core.pipeline import Pipeline
 from debezium_bridge.formats.canonical import to_dict
-from debezium_bridge.formats.ces.decode import HALF_HEADER, synthetic_change_lsn
+from debezium_bridge.formats.ces.decode import synthetic_change_lsn
 from debezium_bridge.formats.ces.encode import CesEncoder
+from debezium_bridge.formats.ces.envelope import HALF_HEADER
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import RawRecord

@@ -16,8 +16,9 @@ import msgspec
 import pytest
 
 from debezium_bridge.errors import EncodeError
-from debezium_bridge.formats.ces.encode import ID_NAMESPACE, CesEncoder, safe_cut, split_content
+from debezium_bridge.formats.ces.encode import ID_NAMESPACE, CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
+from debezium_bridge.formats.ces.segments import safe_cut, split_content
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.testing.ces_schema import CesValidationError, validate_events
 from debezium_bridge.testing.simulator import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo

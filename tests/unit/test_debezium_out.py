@@ -20,8 +20,8 @@ from debezium_bridge.errors import EncodeError
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
-from debezium_bridge.formats.debezium.encode import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.formats.debezium.registry import FileSchemaResolver, InMemoryRegistry
+from debezium_bridge.formats.debezium.writer import DebeziumOutOptions, DebeziumWriter
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.partitioner import partition_for

@@ -21,6 +21,7 @@ from debezium_bridge.formats.debezium.registry import InMemoryRegistry
 from debezium_bridge.formats.debezium.sqltypes import UNAVAILABLE_VALUE, SqlColumn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.partitioner import murmur2, partition_for, to_positive
+from debezium_bridge.testing.corpus import bulk_corpus
 from debezium_bridge.testing.simulator import (
     CUSTOMERS,
     CdcSimulator,
@@ -28,7 +29,6 @@ from debezium_bridge.testing.simulator import (
     Insert,
     KeyChange,
     Update,
-    bulk_corpus,
     demo,
     demo_expectation,
     demo_traffic,

@@ -9,7 +9,8 @@
 """
 
 from debezium_bridge.errors import EncodeError
-from debezium_bridge.formats.ces.decode import CesAssembler, CesDecoder
+from debezium_bridge.formats.ces.assemble import CesAssembler
+from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.encode import CesCounters, CesEncoder, CesMessage
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog

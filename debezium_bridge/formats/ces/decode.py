@@ -47,368 +47,39 @@ import base64
 import datetime as dt
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
-import msgspec
-
 from debezium_bridge.errors import (
-    DecodeError,
     EnvelopeError,
     LsnFormatError,
     RecordError,
-    SegmentError,
 )
-from debezium_bridge.formats.ces import avro as ces_avro
+from debezium_bridge.formats.ces.envelope import (
+    CES_TYPE_PREFIX,
+    HALF_HEADER,
+    parse_data,
+    parse_envelope,
+    parse_row,
+    segment_info,
+    text_of,
+)
 from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
 from debezium_bridge.formats.ces.render import Parse, parser
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 from debezium_bridge.formats.debezium.envelope import Envelope, Source, Transaction, build_event
 from debezium_bridge.model.change import ChangeEvent, SideRecord, TableRef, TxRef
-from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.lsn import normalize_lsn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.model.sqltype import parse_type
 
-HALF_HEADER = "debezium-bridge.ces.half"
-"""Header :class:`CesAssembler` puts on the two halves of a key-changing ``UPD``
-(``delete`` / ``create``)."""
-CES_TYPE_PREFIX = "com.microsoft.SQL.CES."
 _OPS = {"INS": "c", "UPD": "u", "DEL": "d"}
 _SERIALS = {"c": 1, "d": 1, "u": 2}
 
-_json_decode = msgspec.json.decode
-_json_encode = msgspec.json.Encoder().encode
 
 
-# --------------------------------------------------------------------------- envelope access
 
 
-def is_ces(value: bytes | None) -> bool:
-    """Cheap test: does this Kafka value look like a CES event (JSON or Avro)?"""
-    if not value:
-        return False
-    first = value[0]
-    if first == 0x06:
-        return value[:4] == ces_avro.AVRO_MAGIC
-    if first != 0x7B and first not in b" \t\r\n":  # "{" or leading whitespace
-        return False
-    return value.find(b"com.microsoft.SQL.CES.", 0, 600) >= 0  # "type" is the 2nd attribute
 
-
-def parse_envelope(value: bytes) -> dict[str, Any]:
-    """The envelope of a CES event as a dict (``data``: str, bytes or, non-conformant, an
-    object). Raises :class:`DecodeError`."""
-    if value[:4] == ces_avro.AVRO_MAGIC:
-        return ces_avro.decode_envelope(value)
-    try:
-        doc = _json_decode(value)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise DecodeError(f"invalid CES JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise DecodeError("CES event is not a JSON object")
-    return doc  # type: ignore[no-any-return]
-
-
-def _segment_info(doc: Mapping[str, Any]) -> tuple[int, bool, int | None]:
-    """(index, final, legacy total or None) of an event or segment."""
-    if "segmentindex" in doc or "finalsegment" in doc:
-        index = doc.get("segmentindex")
-        final = doc.get("finalsegment")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0 \
-                or not isinstance(final, bool):
-            raise EnvelopeError("CES segmentindex/finalsegment missing or not int/boolean")
-        return index, final, None
-    if "splitindex" in doc or "splittotalcnt" in doc:  # MF-25 (A1)
-        index = doc.get("splitindex", 0)
-        total = doc.get("splittotalcnt", 0)
-        if not isinstance(index, int) or not isinstance(total, int) or index < 0 or total < 0:
-            raise EnvelopeError("CES splitindex/splittotalcnt not non-negative integers")
-        return index, total <= 1, (None if total <= 1 else total)
-    return 0, True, None
-
-
-def _data_text(doc: Mapping[str, Any]) -> Any:
-    return doc.get("data")
-
-
-def _starts_document(fragment: Any) -> bool:
-    """Is this ``data`` (text or Avro bytes) the start of a whole ``Data`` document?"""
-    if isinstance(fragment, str):
-        head = fragment.lstrip()[:40]
-        return head.startswith("{") and '"eventsource"' in head
-    if isinstance(fragment, bytes | bytearray):
-        try:
-            ces_avro.decode_data(bytes(fragment))
-        except RecordError:
-            return False
-        return True
-    return isinstance(fragment, dict)
-
-
-def parse_data(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``data`` of a whole event as a dict (JSON text, Avro bytes or an object)."""
-    data = doc.get("data")
-    if isinstance(data, str):
-        try:
-            parsed = _json_decode(data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise DecodeError(f"CES data is not JSON (an incomplete segment?): {exc}") from exc
-    elif isinstance(data, bytes | bytearray):
-        parsed, _ = ces_avro.decode_data(bytes(data))
-    elif isinstance(data, dict):
-        parsed = data  # non-conformant: an object instead of a string
-    else:
-        raise EnvelopeError("CES event without data")
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("eventsource"), dict) \
-            or not isinstance(parsed.get("eventrow"), dict):
-        raise EnvelopeError("CES data lacks eventsource/eventrow")
-    return parsed  # type: ignore[no-any-return]
-
-
-def parse_row(text: Any) -> dict[str, Any] | None:
-    """``old``/``current`` → ``{column: text | None}``; ``"{}"`` and null → ``None``."""
-    if text is None:
-        return None
-    row = text
-    if isinstance(text, str):
-        if text == "{}":
-            return None
-        try:
-            row = _json_decode(text)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise DecodeError(f"CES row is not JSON: {exc}") from exc
-    if not isinstance(row, dict):
-        raise EnvelopeError("CES row image is not a JSON object")
-    return row or None
-
-
-def _text_of(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int | float):
-        return repr(value)
-    return _json_encode(value).decode()
-
-
-# --------------------------------------------------------------------------- assembler
-
-
-class _Parts:
-    __slots__ = ("final_index", "parts", "total")
-
-    def __init__(self) -> None:
-        self.parts: dict[int, tuple[RawRecord, dict[str, Any]]] = {}
-        self.final_index: int | None = None
-        self.total: int | None = None
-
-    def complete(self) -> list[int] | None:
-        """The indices forming the whole event, or ``None`` while incomplete."""
-        indices = sorted(self.parts)
-        low = indices[0]
-        if self.total is not None:  # legacy: splittotalcnt segments
-            if len(indices) == self.total and indices[-1] - low + 1 == self.total:
-                return indices
-            return None
-        if self.final_index is None or indices[-1] != self.final_index \
-                or len(indices) != self.final_index - low + 1:
-            return None
-        if low == 0:
-            return indices
-        if low == 1:  # base 1, or base 0 with segment 0 still to come?
-            first = _data_text(self.parts[1][1])
-            if isinstance(first, bytes | bytearray):  # Avro: only the whole Data decodes
-                joined = b"".join(self.parts[i][1].get("data") or b"" for i in indices)
-                return indices if _starts_document(joined) else None
-            if _starts_document(first):
-                return indices
-        return None
-
-
-@dataclass(slots=True)
-class AssemblerCounters:
-    """``records_in = passed + assembled + absorbed + duplicates + dead_letters + held``."""
-
-    records_in: int = 0
-    passed: int = 0
-    assembled: int = 0
-    absorbed: int = 0
-    duplicates: int = 0
-    dead_letters: int = 0
-    held: int = 0
-    split_updates: int = 0
-    """Key-changing UPDs forwarded as two records (each adds one forwarded record)."""
-
-    @property
-    def balanced(self) -> bool:
-        return self.records_in == (self.passed + self.assembled + self.absorbed
-                                   + self.duplicates + self.dead_letters + self.held)
-
-    def as_dict(self) -> dict[str, int | bool]:
-        return {**asdict(self), "balanced": self.balanced}
-
-    def summary(self) -> str:
-        return (f"ces input: records_in={self.records_in} = passed={self.passed} + "
-                f"assembled={self.assembled} + absorbed={self.absorbed} + "
-                f"duplicates={self.duplicates} + dead_letters={self.dead_letters} + "
-                f"held={self.held} [{'balanced' if self.balanced else 'NOT BALANCED'}] "
-                f"split_updates={self.split_updates}")
-
-
-class CesAssembler:
-    """Reassembles CES segments and splits key-changing updates (module docstring)."""
-
-    def __init__(self, options: CesOptions | None = None) -> None:
-        self.options = options or DEFAULT_OPTIONS
-        self.counters = AssemblerCounters()
-        self._pending: OrderedDict[str, _Parts] = OrderedDict()
-        self._completed: OrderedDict[str, None] = OrderedDict()
-        self._expired: OrderedDict[str, str] = OrderedDict()
-        self._dead: list[DeadLetter] = []
-
-    def feed(self, record: RawRecord) -> list[RawRecord]:
-        """Records for the translator (none while a segmented event is incomplete)."""
-        counters = self.counters
-        counters.records_in += 1
-        if not is_ces(record.value):
-            counters.passed += 1
-            return [record]
-        try:
-            doc = parse_envelope(record.value or b"")
-            index, final, total = _segment_info(doc)
-        except RecordError:
-            counters.passed += 1  # the decoder reports it as a dead letter
-            return [record]
-        logical_id = doc.get("logicalid")
-        single = final and total is None and index <= 1 and (
-            index == 0 or _starts_document(_data_text(doc)))
-        if not isinstance(logical_id, str) or (single and logical_id not in self._pending):
-            counters.passed += 1
-            return self._split_update(record, doc)
-        if logical_id in self._completed:
-            counters.duplicates += 1
-            return []
-        if logical_id in self._expired:  # its event was already reported incomplete
-            counters.dead_letters += 1
-            self._dead.append(DeadLetter.of(SegmentError(self._expired[logical_id], record),
-                                            record))
-            return []
-        parts = self._pending.get(logical_id)
-        if parts is None:
-            parts = self._pending[logical_id] = _Parts()
-        if index in parts.parts:
-            counters.duplicates += 1
-            return []
-        parts.parts[index] = (record, doc)
-        counters.held += 1
-        if final:
-            parts.final_index = index
-        if total is not None:
-            parts.total = total
-        indices = parts.complete()
-        if indices is None:
-            self._enforce_bound()
-            return []
-        del self._pending[logical_id]
-        self._remember(logical_id)
-        counters.held -= len(indices)
-        counters.assembled += 1
-        counters.absorbed += len(indices) - 1
-        return self._split_update(*self._join(parts, indices, record))
-
-    def _join(self, parts: _Parts, indices: list[int],
-              last: RawRecord) -> tuple[RawRecord, dict[str, Any]]:
-        first = parts.parts[indices[0]][1]
-        fragments = [parts.parts[i][1].get("data") for i in indices]
-        doc = {k: v for k, v in first.items() if k not in ("splitindex", "splittotalcnt")}
-        doc["segmentindex"] = indices[0]
-        doc["finalsegment"] = True
-        if all(isinstance(f, bytes | bytearray) for f in fragments):
-            doc["data"] = b"".join(fragments)  # type: ignore[arg-type]
-            value = ces_avro.encode_envelope(doc)
-        elif all(isinstance(f, str) for f in fragments):
-            text = "".join(fragments)  # type: ignore[arg-type]
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # a producer cut a surrogate pair: rejoin the halves
-                text = text.encode("utf-16", "surrogatepass").decode("utf-16")
-            doc["data"] = text
-            value = _json_encode(doc)
-        else:
-            raise EnvelopeError("CES segments mix data types")
-        return RawRecord(last.topic, last.partition, last.offset, last.timestamp, last.key,
-                         value, last.headers), doc
-
-    def _split_update(self, record: RawRecord, doc: dict[str, Any]) -> list[RawRecord]:
-        if doc.get("operation") != "UPD":
-            return [record]
-        try:
-            data = parse_data(doc)
-            pkkey = data["eventsource"].get("pkkey") or []
-            old = parse_row(data["eventrow"].get("old"))
-        except (RecordError, KeyError, AttributeError):
-            return [record]  # the decoder reports it
-        if not old or not pkkey:
-            return [record]
-        try:
-            changed = any(_text_of(old.get(p["columnname"])) != p["value"]
-                          for p in pkkey if p["columnname"] in old)
-        except (KeyError, TypeError):
-            return [record]
-        if not changed:
-            return [record]
-        self.counters.split_updates += 1
-        return [msgspec.structs.replace(record, headers=(*record.headers, (HALF_HEADER, half)))
-                for half in (b"delete", b"create")]
-
-    def _remember(self, logical_id: str) -> None:
-        limit = self.options.completed_memory
-        if not limit:
-            return
-        self._completed[logical_id] = None
-        if len(self._completed) > limit:
-            self._completed.popitem(last=False)
-
-    def _enforce_bound(self) -> None:
-        while self.counters.held > self.options.max_pending_segments and self._pending:
-            self._expire(next(iter(self._pending)), "more than max_pending_segments held")
-
-    def _expire(self, logical_id: str, why: str) -> None:
-        parts = self._pending.pop(logical_id)
-        indices = sorted(parts.parts)
-        expected = (f"{parts.total} (splittotalcnt)" if parts.total is not None else
-                    f"final index {parts.final_index}" if parts.final_index is not None
-                    else "no final segment seen")
-        message = (f"CES logicalid {logical_id}: segments {indices} of an incomplete event "
-                   f"({expected}; {why}); a missing segment is reported, not guessed")
-        for index in indices:
-            raw = parts.parts[index][0]
-            self._dead.append(DeadLetter.of(SegmentError(message, raw), raw))
-        self.counters.held -= len(indices)
-        self.counters.dead_letters += len(indices)
-        if self.options.completed_memory:
-            self._expired[logical_id] = message
-            if len(self._expired) > self.options.completed_memory:
-                self._expired.popitem(last=False)
-
-    def flush(self) -> None:
-        """End of input: every incomplete event becomes dead letters."""
-        while self._pending:
-            self._expire(next(iter(self._pending)), "input ended")
-
-    def drain_dead(self) -> list[DeadLetter]:
-        dead, self._dead = self._dead, []
-        return dead
-
-    @property
-    def pending_segments(self) -> int:
-        return self.counters.held
-
-
-# --------------------------------------------------------------------------- decoder
 
 
 _TIME_RE = re.compile(
@@ -470,7 +141,7 @@ class _CesRows:
         self.absent_unavailable = absent_unavailable
 
     def value(self, name: str, text: Any) -> Any:
-        text = _text_of(text)
+        text = text_of(text)
         if text is None:
             return None
         parse = self.parsers.get(name)
@@ -527,7 +198,7 @@ class CesDecoder:
         kind = doc.get("type")
         if not (isinstance(kind, str) and kind.startswith(CES_TYPE_PREFIX)):
             raise EnvelopeError(f"not a CES event: type {kind!r:.60}")
-        index, final, _ = _segment_info(doc)
+        index, final, _ = segment_info(doc)
         if not final or index > 1:
             raise EnvelopeError(f"CES segment {index} (final={final}) of logicalid "
                                 f"{doc.get('logicalid')}: segments must be reassembled first "

@@ -83,7 +83,7 @@ class SqlColumn(msgspec.Struct, frozen=True):
     nullable: bool = True
 
 
-class _Spec(msgspec.Struct, frozen=True):
+class ColumnSpec(msgspec.Struct, frozen=True):
     base: str
     precision: int | None
     scale: int | None
@@ -108,7 +108,7 @@ _FIXED_META: dict[str, tuple[int, int | None]] = {
 _MAX_LENGTH = {"varchar": 2147483647, "nvarchar": 1073741823, "varbinary": 2147483647}
 
 
-def _spec(col: SqlColumn) -> _Spec:
+def column_spec(col: SqlColumn) -> ColumnSpec:
     m = _DECL.fullmatch(col.sql_type)
     if m is None:
         raise SchemaError(f"column {col.name!r}: cannot parse SQL type {col.sql_type!r}")
@@ -118,13 +118,13 @@ def _spec(col: SqlColumn) -> _Spec:
         raise SchemaError(f"column {col.name!r}: {base}(max) does not exist")
     if base in ("decimal", "numeric"):
         if size is not None:
-            return _Spec(base, int(size), int(second or 0), None)
-        return _Spec(base, col.precision or 18, col.scale or 0, None)
+            return ColumnSpec(base, int(size), int(second or 0), None)
+        return ColumnSpec(base, col.precision or 18, col.scale or 0, None)
     if base in ("money", "smallmoney"):
-        return _Spec(base, 19 if base == "money" else 10, 4, None)
+        return ColumnSpec(base, 19 if base == "money" else 10, 4, None)
     if base == "float":
         n = int(size) if size is not None else (col.precision or 53)
-        return _Spec("real" if n <= 24 else "float", 24 if n <= 24 else 53, None, None)
+        return ColumnSpec("real" if n <= 24 else "float", 24 if n <= 24 else 53, None, None)
     if base in _TEMPORAL_WITH_PRECISION:
         if size is not None:
             p = int(size)
@@ -136,19 +136,19 @@ def _spec(col: SqlColumn) -> _Spec:
             p = 7
         if not 0 <= p <= 7:
             raise SchemaError(f"column {col.name!r}: fractional precision {p} not in 0..7")
-        return _Spec(base, None, p, None)
+        return ColumnSpec(base, None, p, None)
     if base in ("char", "varchar", "nchar", "nvarchar", "binary", "varbinary"):
         if size is not None:
             length = MAX if size.lower() == "max" else int(size)
         else:
             length = col.length if col.length is not None else 1
-        return _Spec(base, None, None, length)
+        return ColumnSpec(base, None, None, length)
     if base in _INTEGERS or base in _FIXED_META:
-        return _Spec(base, None, None, None)
+        return ColumnSpec(base, None, None, None)
     raise SchemaError(f"column {col.name!r}: unsupported SQL Server type {col.sql_type!r}")
 
 
-def _source_meta(spec: _Spec) -> tuple[int | None, int | None]:
+def _source_meta(spec: ColumnSpec) -> tuple[int | None, int | None]:
     base = spec.base
     if base in ("decimal", "numeric"):
         return spec.precision, spec.scale
@@ -165,7 +165,7 @@ def _source_meta(spec: _Spec) -> tuple[int | None, int | None]:
 
 def connect_column(col: SqlColumn, modes: ConnectorModes = DEFAULT_MODES) -> Column:
     """The Connect field schema Debezium's SQL Server connector builds for ``col``."""
-    spec = _spec(col)
+    spec = column_spec(col)
     base = spec.base
     ctype: str
     semantic: str | None = None
@@ -534,7 +534,7 @@ def sql_value_encoder(col: SqlColumn, modes: ConnectorModes = DEFAULT_MODES) -> 
     Knows what the Connect schema alone does not: binary columns in the base64/hex modes, the
     scale of decimals in the ``double``/``string`` modes, upper-case ``uniqueidentifier`` text.
     """
-    spec = _spec(col)
+    spec = column_spec(col)
     column = connect_column(col, modes)
     if spec.base in _BINARIES:
         return value_encoder(column, modes.binary_handling_mode)
