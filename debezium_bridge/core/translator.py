@@ -30,10 +30,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-import msgspec
-
 from debezium_bridge.core.counters import Counters
-from debezium_bridge.errors import ConfigError, LsnFormatError
+from debezium_bridge.core.settings import TranslatorConfig
+from debezium_bridge.errors import LsnFormatError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import (
@@ -52,23 +51,6 @@ from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
 
 TopicPartition = tuple[str, int]
 GroupKey = tuple[bytes, bytes, str]
-
-
-class TranslatorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Core behaviour switches and state bounds."""
-
-    pair_key_changes: bool = True
-    """Merge the delete+create halves of a key change (and equal-key pairs) into one update."""
-    max_pending: int = 100_000
-    """Events held for ordering and pairing before the lowest positions are released anyway."""
-    dedupe_capacity: int = 1_000_000
-    """Identities remembered for keyless tables and snapshot rows (oldest forgotten first)."""
-
-    def __post_init__(self) -> None:
-        if self.max_pending < 1:
-            raise ConfigError("max_pending must be at least 1")
-        if self.dedupe_capacity < 0:
-            raise ConfigError("dedupe_capacity must not be negative")
 
 
 class _BoundedSet:
@@ -201,6 +183,9 @@ class Translator:
             counters.records_in += 1
             try:
                 decoded = decode(raw)
+            except ServiceError:  # a service that is down is not bad input: stop
+                counters.records_in -= 1
+                raise
             except Exception as exc:  # a RecordError, or a decoder bug: neither stops the stream
                 counters.dead_letters += 1
                 self._dead.append(DeadLetter.of(exc, raw))

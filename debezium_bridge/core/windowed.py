@@ -32,7 +32,8 @@ from typing import Any
 import msgspec
 
 from debezium_bridge.core.counters import Counters
-from debezium_bridge.core.translator import Translator, TranslatorConfig
+from debezium_bridge.core.settings import TranslatorConfig
+from debezium_bridge.core.translator import Translator
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord
 from debezium_bridge.model.records import RawRecord
 

@@ -98,6 +98,17 @@ def iso_ms(epoch_ms: int | None) -> str | None:
     return text + _MS_SUFFIXES[epoch_ms % 1000]
 
 
+def epoch_ms(iso: str | None) -> int | None:
+    """``YYYY-MM-DDTHH:MM:SS.mmmZ`` (canonical commit_ts/capture_ts) → epoch milliseconds."""
+    if iso is None:
+        return None
+    moment = dt.datetime.fromisoformat(iso)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
 class ChangeEvent(msgspec.Struct, gc=False):
     """One decoded Debezium data event (before ordering, dedupe and pairing)."""
 

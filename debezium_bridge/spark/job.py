@@ -12,18 +12,17 @@ properties), ``DEBEZIUM_BRIDGE_SPARK_*`` environment variables for the top-level
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-import msgspec
+from pydantic import Field, model_validator
 
-from debezium_bridge.config import env_settings, load_config_file, mask, mask_url, parse_overrides
+from debezium_bridge.config import ClientSettings, RunnerSettings, Settings, load_config_file
 from debezium_bridge.errors import BridgeError, ConfigError
 from debezium_bridge.spark.sinks import FILE_FORMATS, SinkConfig, batch_writer
 from debezium_bridge.spark.translate import (
@@ -48,81 +47,92 @@ _BUILTIN_ONLY_OPTIONS = frozenset({
     "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxrecordsperpartition"})
 
 
-class SourceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class SourceConfig(Settings):
     """The Kafka source: the provider and the options of Spark's ``kafka`` format."""
 
     provider: Literal["auto", "kafka", "python"] = "auto"
-    options: dict[str, str] = msgspec.field(default_factory=dict)
+    """``kafka``: Spark's built-in source (spark-sql-kafka on the classpath); ``python``: this
+    package's data source over confluent-kafka; ``auto``: the built-in one when available."""
+    options: ClientSettings = {}
+    """Options of Spark's ``kafka`` source: ``subscribe`` or ``subscribePattern``,
+    ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``endOffsetProbe``
+    (python provider), and client settings as ``kafka.<librdkafka name>`` (``-X``)."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check_options(self) -> Self:
         lowered = {k.lower(): v for k, v in self.options.items()}
         if ("subscribe" in lowered) == ("subscribepattern" in lowered):
-            raise ConfigError("source.options needs exactly one of subscribe, subscribePattern")
+            raise ValueError("source.options needs exactly one of subscribe, subscribePattern")
         if "kafka.bootstrap.servers" not in lowered:
-            raise ConfigError("source.options needs kafka.bootstrap.servers")
+            raise ValueError("source.options needs kafka.bootstrap.servers")
         known = _PYTHON_SOURCE_OPTIONS | (_BUILTIN_ONLY_OPTIONS if self.provider != "python"
                                           else frozenset())
         unknown = sorted(k for k in self.options
                          if not k.lower().startswith("kafka.") and k.lower() not in known)
         if unknown:
-            raise ConfigError(f"unknown source option(s) {', '.join(unknown)} for provider "
+            raise ValueError(f"unknown source option(s) {', '.join(unknown)} for provider "
                               f"{self.provider}; known: {', '.join(sorted(known))}, kafka.*")
         if self.provider == "python" and lowered.get("failondataloss", "true") != "true":
-            raise ConfigError("the python provider always fails on data loss "
+            raise ValueError("the python provider always fails on data loss "
                               "(failOnDataLoss must be true)")
         limit = lowered.get("maxoffsetspertrigger")
         if limit is not None and (not limit.isdigit() or int(limit) < 1):
-            raise ConfigError(f"maxOffsetsPerTrigger must be a positive integer, not {limit!r}")
+            raise ValueError(f"maxOffsetsPerTrigger must be a positive integer, not {limit!r}")
+        return self
 
 
-class JobConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """``job.yaml``."""
+class JobConfig(RunnerSettings):
+    """The job's configuration (``job.yaml``; ``DEBEZIUM_BRIDGE_SPARK_<NAME>`` variables, nested
+    groups with ``__``; flags; ``-X`` for Kafka source options)."""
 
-    source: SourceConfig
-    translate: TranslateConfig = msgspec.field(default_factory=TranslateConfig)
-    sinks: list[SinkConfig]
-    checkpoint: str
+    model_config = {"env_prefix": "DEBEZIUM_BRIDGE_SPARK_"}
+    client_settings_field = "source.options"
+    client_settings_help = ("Kafka source option, e.g. -X kafka.bootstrap.servers=host:9092 "
+                            "(repeatable)")
+
+    source: SourceConfig = Field(default_factory=SourceConfig)
+    """The Kafka source."""
+    translate: TranslateConfig = Field(default_factory=TranslateConfig)
+    """What the job decodes and writes (see ``TranslateConfig``)."""
+    sinks: list[SinkConfig] = []
+    """Where the output rows go (at least one)."""
+    checkpoint: str = ""
+    """Checkpoint directory of the query (offsets, state): a restart resumes from it."""
     trigger: Literal["available_now", "processing_time"] = "processing_time"
+    """``available_now``: process what the topics hold now, then stop; ``processing_time``:
+    run continuously, one micro-batch every ``trigger_interval``."""
     trigger_interval: str = "10 seconds"
+    """Micro-batch interval of the ``processing_time`` trigger (a Spark interval)."""
     query_name: str = "debezium-bridge"
+    """Name of the streaming query (and of the Spark application the job creates)."""
     master: str = "local[*]"
-    """Used when the job creates its own session (ignored under spark-submit --master)."""
-    spark_conf: dict[str, str] = msgspec.field(default_factory=dict)
+    """Spark master when the job creates its own session (ignored under spark-submit
+    --master)."""
+    spark_conf: ClientSettings = {}
+    """Spark settings for the session the job creates (``spark.sql.shuffle.partitions``, ...)."""
     spark_log_level: str = "WARN"
+    """Log level of Spark's own logs."""
     counters_json: str | None = None
     """Write the run's counters here when the query stops."""
+    log_level: str = "INFO"
+    """Level of the job's own log lines."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
         if not self.sinks:
-            raise ConfigError("at least one sink is needed")
-
-    def masked(self) -> dict[str, Any]:
-        """The config as builtins with secrets masked (for logs)."""
-        data: dict[str, Any] = msgspec.to_builtins(self)
-        data["source"]["options"] = mask(self.source.options)
-        data["translate"]["registry"] = mask(self.translate.registry)
-        data["translate"]["schema_registry"] = mask_url(self.translate.schema_registry)
-        data["spark_conf"] = mask(self.spark_conf)
-        for sink in data["sinks"]:
-            sink["options"] = mask(sink["options"])
-        return data
+            raise ValueError("at least one sink is needed")
+        if not self.checkpoint:
+            raise ValueError("checkpoint is needed")
+        if not self.source.options:
+            raise ValueError("source.options are needed (subscribe, kafka.bootstrap.servers)")
+        return self
 
 
 def load_job_config(path: str | None, overrides: Sequence[str] = ()) -> JobConfig:
-    """File, then ``DEBEZIUM_BRIDGE_SPARK_*`` env for top-level scalars, then ``-X`` options."""
-    data: dict[str, Any] = load_config_file(path) if path else {}
-    env = env_settings([f"spark_{k}" for k in ("checkpoint", "trigger", "trigger_interval",
-                                                "master", "query_name", "counters_json")])
-    data |= {k[6:]: v for k, v in env.items()}
-    extra = parse_overrides(list(overrides))
-    if extra:
-        source = dict(data.get("source") or {})
-        source["options"] = dict(source.get("options") or {}) | extra
-        data["source"] = source
-    try:
-        return msgspec.convert(data, JobConfig, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid job configuration: {exc}") from exc
+    """The job's configuration from a file, ``DEBEZIUM_BRIDGE_SPARK_*`` variables and ``-X``
+    source options (library use; the command line goes through :func:`main`)."""
+    data = load_config_file(path, JobConfig) if path else {}
+    return JobConfig.build(data, overrides)
 
 
 class RunCounters:
@@ -258,18 +268,16 @@ def run(config: JobConfig, spark: Any = None) -> RunCounters:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="debezium-bridge spark",
-                                     description="Run the Spark streaming translation job.")
-    parser.add_argument("--config", required=True, help="job.yaml (YAML, JSON or properties)")
-    parser.add_argument("-X", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="Kafka source option, e.g. "
-                        "-X kafka.bootstrap.servers=host:9092 (repeatable)")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+    try:
+        config = JobConfig.from_args(
+            sys.argv[1:] if argv is None else argv, prog="debezium-bridge spark",
+            description="Run the Spark Structured Streaming translation job.")
+    except ConfigError as exc:
+        sys.stderr.write(f"debezium-bridge: configuration error: {exc}\n")
+        return 2
+    logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        config = load_job_config(args.config, args.overrides)
         counters = run(config)
     except ConfigError as exc:
         sys.stderr.write(f"debezium-bridge: configuration error: {exc}\n")

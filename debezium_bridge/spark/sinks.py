@@ -21,10 +21,11 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-import msgspec
+from pydantic import model_validator
 
+from debezium_bridge.config import ClientSettings, Settings
 from debezium_bridge.errors import ConfigError
 
 SinkKind = Literal["parquet", "json", "orc", "csv", "text", "kafka", "console", "foreach_batch"]
@@ -32,29 +33,34 @@ Selects = Literal["changes", "dead_letters", "all"]
 FILE_FORMATS = ("parquet", "json", "orc", "csv", "text")
 
 
-class SinkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """One output of the job."""
+class SinkConfig(Settings):
+    """One output of the job (an item of ``sinks``)."""
 
     kind: SinkKind
+    """Where to write: a file format (exactly-once), ``kafka`` (at-least-once), ``console`` or
+    ``foreach_batch`` (your function)."""
     rows: Selects = "changes"
+    """Which output rows: change rows, dead-letter rows, or both."""
     formats: list[str] | None = None
     """Only change rows in these output formats (``canonical``, ``ces``…); default all."""
     path: str | None = None
     """Directory for file sinks."""
     topic: str | None = None
     """Kafka sinks: a fixed topic instead of each row's ``topic`` column."""
-    options: dict[str, str] = msgspec.field(default_factory=dict)
+    options: ClientSettings = {}
     """Writer options; for Kafka the client settings as ``kafka.<librdkafka name>``."""
     function: str | None = None
     """``module:function`` for ``foreach_batch``."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
         if self.kind in FILE_FORMATS and not self.path:
-            raise ConfigError(f"a {self.kind} sink needs a path")
+            raise ValueError(f"a {self.kind} sink needs a path")
         if self.kind == "kafka" and not any(k == "kafka.bootstrap.servers" for k in self.options):
-            raise ConfigError("a kafka sink needs options.kafka.bootstrap.servers")
+            raise ValueError("a kafka sink needs options.kafka.bootstrap.servers")
         if self.kind == "foreach_batch" and (not self.function or ":" not in self.function):
-            raise ConfigError("a foreach_batch sink needs function: 'module:function'")
+            raise ValueError("a foreach_batch sink needs function: 'module:function'")
+        return self
 
 
 def _file_sink(config: SinkConfig, frame: Any, batch_id: int) -> None:

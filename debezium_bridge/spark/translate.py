@@ -33,26 +33,25 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import msgspec
+from pydantic import Field, model_validator
 
 from debezium_bridge.clients.registry import RegistrySchemaResolver
-from debezium_bridge.core.translator import TranslatorConfig
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
-from debezium_bridge.errors import ConfigError, RecordError
-from debezium_bridge.formats.canonical import exploded_rows, flat_rows
 from debezium_bridge.formats.ces.decode import CesDecoder
-from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 from debezium_bridge.formats.debezium.avro import AvroDecoder
-from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder, DecodeSettings
+from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder
 from debezium_bridge.formats.debezium.registry import FileSchemaResolver
-from debezium_bridge.formats.debezium.writer import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.formats.debezium.settings import DecodeSettings
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
+from debezium_bridge.output import Output, OutputRecord, OutputSettings
 
 OUTPUT_COLUMNS = (
     ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),
@@ -80,15 +79,17 @@ warnings.filterwarnings("ignore", category=FutureWarning,
 METRICS_NAME = "debezium_bridge"
 
 
-OutputFormat = Literal["canonical", "exploded", "flat", "ces", "debezium"]
-_TYPED_OUTPUTS = frozenset(("ces", "debezium"))
+SparkOutput = Literal["canonical", "exploded", "flat", "ces", "ces-avro", "debezium"]
+"""The output formats of the job (Debezium envelopes as JsonConverter JSON)."""
+_TYPED_OUTPUTS = frozenset(("ces", "ces-avro", "debezium"))
 
 
-class TranslateConfig(DecodeSettings, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """What :func:`translate` produces and how it decodes (file keys = these names)."""
+# mypy sees two model_config types; pydantic merges them
+class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
+    """What :func:`translate` produces and how it decodes (the job file's ``translate:``)."""
 
-    outputs: tuple[OutputFormat, ...] = ("canonical",)
-    """Encodings to emit for every change (each row says which in ``format``)."""
+    outputs: tuple[SparkOutput, ...] = ("canonical",)
+    """Output formats to emit for every change (each row says which in ``format``)."""
     watermark_delay: str = "1 minute"
     """How far (in commit time) halves and replays may trail the newest event (Spark interval)."""
     heartbeat_watermark: bool = False
@@ -97,35 +98,29 @@ class TranslateConfig(DecodeSettings, frozen=True, forbid_unknown_fields=True, k
     connector catches up after downtime it runs ahead of the commit times being read, and
     waiting halves and replays would then come out as ``late``. Enable it for connectors that
     keep up."""
-    buckets: int = 64
+    buckets: int = Field(64, ge=1, le=100_000)
     """State buckets (fixed for the life of a checkpoint)."""
     pair_key_changes: bool = True
-    output_topic: str = "{topic}.{output}"
-    """Target topic; ``{topic}`` = source topic, ``{table}`` = db.schema.table, ``{output}``."""
-    dlq_topic: str = "debezium-bridge.dlq"
-    ces: CesOptions = msgspec.field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
-    """CES CloudEvents switches (the ``--ces-*`` options of the CLI). Snapshot rows must be
-    skipped here: they are spread over state buckets by key, so they cannot be numbered within
-    their snapshot "transaction" and their ``logicalid`` s would collide (use the CLI to turn a
-    snapshot into CES events). Without Debezium's transaction metadata, ``sequencenumber`` is
-    derived per micro-batch (exact when a transaction is released in one micro-batch)."""
-    debezium: DebeziumOutOptions = msgspec.field(default_factory=DebeziumOutOptions)
-    """Debezium envelope output switches (``--debezium-*``); JSON with or without schema."""
+    """Merge the delete + create halves of a primary-key change into one update."""
+    ces: CesOptions = Field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
+    """CES CloudEvents switches (see docs/ces.md). Snapshot rows must be skipped here: they are
+    spread over state buckets by key, so they cannot be numbered within their snapshot
+    "transaction" and their ``logicalid`` s would collide (use the CLI to turn a snapshot into
+    CES events). Without Debezium's transaction metadata, ``sequencenumber`` is derived per
+    micro-batch (exact when a transaction is released in one micro-batch)."""
 
     @property
     def needs_column_types(self) -> bool:
         return not _TYPED_OUTPUTS.isdisjoint(self.outputs)
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
         if not self.outputs or len(set(self.outputs)) != len(self.outputs):
-            raise ConfigError("outputs must name each output format once")
-        if "ces" in self.outputs and self.ces.snapshot_rows != "skip":
-            raise ConfigError("ces.snapshot_rows must be 'skip' in the Spark job (snapshot rows "
-                              "cannot be numbered within their transaction across buckets)")
-        if not 1 <= self.buckets <= 100_000:
-            raise ConfigError("buckets must be between 1 and 100000")
-        if self.registry and not self.schema_registry:
-            raise ConfigError("registry settings given without schema_registry")
+            raise ValueError("outputs must name each output format once")
+        if {"ces", "ces-avro"} & set(self.outputs) and self.ces.snapshot_rows != "skip":
+            raise ValueError("ces.snapshot_rows must be 'skip' in the Spark job (snapshot rows "
+                             "cannot be numbered within their transaction across buckets)")
+        return self
 
 
 class _DecoderSpec(msgspec.Struct, frozen=True):
@@ -287,17 +282,13 @@ def _arrow_stage_schema() -> Any:
 
 
 class _Encoder:
-    """Output rows (tuples in :data:`OUTPUT_SCHEMA` order) for changes and dead letters."""
+    """Output rows (tuples in :data:`OUTPUT_SCHEMA` order) through the output layer, with the
+    SQL column types the decode step found (kept in state with the events that wait)."""
 
     def __init__(self, config: TranslateConfig) -> None:
-        self.config = config
-        self.json = msgspec.json.Encoder()
         self.catalog = ColumnCatalog()
+        self.output = Output(config.outputs, config, catalog=self.catalog)
         self.learned: dict[tuple[TableRef, bytes], None] = {}
-        self.encode_errors = 0
-        self._ces: CesEncoder | None = None
-        self._debezium: DebeziumWriter | None = None
-        self._topics: dict[tuple[str, str, str], str] = {}
 
     def learn(self, event: ChangeEvent, columns: Any) -> None:
         """Register the SQL column types the decode step found for ``event``'s table."""
@@ -316,65 +307,20 @@ class _Encoder:
         for table, columns in _learned_decoder.decode(stored) if stored else ():
             self._learn(table, columns)
 
-    def _topic(self, record: ChangeRecord, output: str) -> str:
-        source = record.lineage[0].topic if record.lineage else ""
-        key = (source, record.table_id, output)
-        topic = self._topics.get(key)
-        if topic is None:
-            topic = self._topics[key] = self.config.output_topic.format(
-                topic=source, table=record.table_id, output=output)
-        return topic
-
-    def _items(self, record: ChangeRecord, output: str
-               ) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, Any]]]]:
-        """(row id, topic, key, value, headers) of one output format."""
-        topic = self._topic(record, output)
-        if output == "canonical":
-            return [(record.event_id, topic, self.json.encode(record.key),
-                     self.json.encode(record), [])]
-        if output in ("exploded", "flat"):
-            rows = exploded_rows(record) if output == "exploded" else flat_rows(record)
-            return [(f"{record.event_id}:{output}:{index}", topic,
-                     self.json.encode({k: row[k] for k in record.key if k in row}
-                                      if output == "flat" else record.key),
-                     self.json.encode(row), []) for index, row in enumerate(rows)]
-        if output == "ces":
-            if self._ces is None:
-                self._ces = CesEncoder(self.config.ces, self.catalog)
-            return [(f"{record.event_id}:ces:{index}", topic, m.key, m.value, list(m.headers))
-                    for index, m in enumerate(self._ces.encode(record))]
-        if self._debezium is None:
-            self._debezium = DebeziumWriter(self.config.debezium, self.catalog)
-        return [(f"{record.event_id}:debezium:{index}", r.topic, r.key, r.value, list(r.headers))
-                for index, r in enumerate(self._debezium.encode(record))]
+    @property
+    def encode_errors(self) -> int:
+        return self.output.counters.total_encode_errors
 
     def change_rows(self, record: ChangeRecord) -> list[tuple[Any, ...]]:
-        lineage = record.lineage[-1]
-        tail = (lineage.topic, lineage.partition, lineage.offset)
-        out: list[tuple[Any, ...]] = []
-        for output in self.config.outputs:
-            try:
-                items = self._items(record, output)
-            except RecordError as exc:  # the format cannot hold this record: a dead letter
-                self.encode_errors += 1
-                raw = RawRecord(lineage.topic, lineage.partition, lineage.offset, None,
-                                self.json.encode(record.key), self.json.encode(record))
-                out.append(self.dead_row(DeadLetter.of(exc, raw, f"encode-{output}")))
-                continue
-            for row_id, topic, key, value, headers in items:
-                header_rows = [*headers, ("debezium_bridge.event_id", row_id.encode())]
-                out.append(("change", output, row_id, record.table_id, record.op, record.seq,
-                            record.commit_ts, topic, key, value, header_rows, *tail))
-        return out
+        return [_row(r) for r in self.output.encode(record)]
 
     def dead_row(self, dead: DeadLetter) -> tuple[Any, ...]:
-        out = dead.to_record(self.config.dlq_topic)
-        r = dead.record
-        event_id = hashlib.blake2b(f"{r.topic}\x00{r.partition}\x00{r.offset}".encode(),
-                                   digest_size=16).hexdigest()
-        headers = [*out.headers, ("debezium_bridge.event_id", event_id.encode())]
-        return ("dead_letter", "dead_letter", event_id, None, None, None, None, out.topic,
-                out.key, out.value, headers, r.topic, r.partition, r.offset)
+        return _row(self.output.dead_letter(dead))
+
+
+def _row(r: OutputRecord) -> tuple[Any, ...]:
+    return (r.kind, r.format, r.id, r.table_id, r.op, r.seq, r.commit_ts, r.topic, r.key,
+            r.value, list(r.headers), r.source_topic, r.source_partition, r.source_offset)
 
 
 _dead_decoder = msgspec.msgpack.Decoder(DeadLetter)

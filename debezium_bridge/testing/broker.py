@@ -68,6 +68,10 @@ class EmbeddedKafka:
         self.stop()
         raise BridgeError(f"Tansu broker did not accept connections within {timeout}s")
 
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:

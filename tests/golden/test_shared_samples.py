@@ -876,7 +876,7 @@ def test_materialize_primary_key_update_becomes_one_update(c_first: bool) -> Non
 
 
 def test_materialize_primary_key_update_unpaired_when_pairing_off() -> None:
-    from debezium_bridge.core.translator import TranslatorConfig
+    from debezium_bridge.core.settings import TranslatorConfig
 
     changes, dead, t = run(mz_update_stream(False),
                            Translator(TranslatorConfig(pair_key_changes=False)))

@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from debezium_bridge.core import TranslatorConfig
 from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.formats.canonical import to_dict
 from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions

@@ -131,7 +131,7 @@ def test_large_row_segments_and_reassembly(tmp_path) -> None:
     with dump.open("wb") as out:
         write_lossless(sim.records, out)
     code, ces = convert(tmp_path, "ces.jsonl", str(dump), "--to", "ces", "--output-format",
-                        "lossless", "--ces-max-message-size-kb", "256")
+                        "lossless", "--ces.max-message-size-kb", "256")
     assert code == 0
     values = values_of(ces)
     limit = 256 * 1024
@@ -160,7 +160,7 @@ def test_missing_segment_goes_to_the_dlq(tmp_path) -> None:
     with dump.open("wb") as out:
         write_lossless(sim.records, out)
     _, ces = convert(tmp_path, "ces.jsonl", str(dump), "--to", "ces", "--output-format",
-                     "lossless", "--ces-max-message-size-kb", "128")
+                     "lossless", "--ces.max-message-size-kb", "128")
     records = lines(ces)
     assert len(records) == 4
     holed = tmp_path / "holed.jsonl"
@@ -204,17 +204,17 @@ def test_debezium_avro_offline_schemas(demo_dump, tmp_path) -> None:
 def test_ces_options_from_flags_file_and_environment(demo_dump, tmp_path, monkeypatch) -> None:
     dump, _ = demo_dump
     config = tmp_path / "c.yaml"
-    config.write_text(f"inputs: ['{dump}']\nto: ces\nces_segment_index_base: 0\n"
-                      "ces_datacontenttype: application/avro-json\n")
-    monkeypatch.setenv("DEBEZIUM_BRIDGE_CES_KEY_CHANGES", "delete-insert")
-    code, out = convert(tmp_path, "o.jsonl", "--config", str(config), "--ces-ids", "random")
+    config.write_text(f"inputs: ['{dump}']\nto: ces\nces:\n  segment_index_base: 0\n"
+                      "  datacontenttype: application/avro-json\n")
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_CES__KEY_CHANGES", "delete-insert")
+    code, out = convert(tmp_path, "o.jsonl", "--config", str(config), "--ces.ids", "random")
     assert code == 0
     whole = events(out.read_bytes().splitlines(), _options(segment_index_base=0))
     assert {(e["segmentindex"], e["datacontenttype"]) for e in whole} == {
         (0, "application/avro-json")}
     assert [e["operation"] for e in whole].count("DEL") == 2  # the key change as DEL + INS
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"inputs: ['{dump}']\nces_max_message_size_kb: 64\n")
+    bad.write_text(f"inputs: ['{dump}']\nces: {{max_message_size_kb: 64}}\n")
     assert main(["convert", "--config", str(bad)]) == 2
     assert main(["convert", str(dump), "--to", "ces-avro", "--output-format", "values",
                  "-o", str(tmp_path / "y")]) == 2
@@ -223,8 +223,8 @@ def test_ces_options_from_flags_file_and_environment(demo_dump, tmp_path, monkey
 def test_debezium_flags_and_value_output(demo_dump, tmp_path) -> None:
     dump, _ = demo_dump
     code, out = convert(tmp_path, "v.jsonl", str(dump), "--to", "debezium", "--output-format",
-                        "values", "--no-debezium-tombstones", "--debezium-topic-prefix", "srv9",
-                        "--no-debezium-json-schemas")
+                        "values", "--no-debezium.tombstones", "--debezium.topic-prefix", "srv9",
+                        "--no-debezium.json-schemas")
     assert code == 0
     payloads = lines(out)
     assert all(p is not None for p in payloads) and len(payloads) == 10  # 9 + the key change's c

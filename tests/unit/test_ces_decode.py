@@ -16,8 +16,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from debezium_bridge.core import Translator, TranslatorConfig
+from debezium_bridge.core import Translator
 from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.formats.canonical import to_dict
 from debezium_bridge.formats.ces.decode import synthetic_change_lsn
 from debezium_bridge.formats.ces.encode import CesEncoder

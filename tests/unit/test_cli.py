@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+import select
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from debezium_bridge.cli import main
+from debezium_bridge.cli import EXIT_INTERRUPTED, EXIT_SERVICE, main
+from debezium_bridge.cli.convert import ConvertConfig
 from debezium_bridge.formats.dumps import write_lossless
 from debezium_bridge.model.records import RawRecord
 from tests.unit.envelopes import TOPIC, delete, event, insert, lsn, row, tombstone, update
@@ -109,11 +113,12 @@ def test_config_file_and_env(tmp_path: Path, dump: Path, monkeypatch):
 
 
 def test_secrets_are_masked_in_config_repr(dump: Path):
-    from debezium_bridge.cli import _parser, config_from_args
-
-    args = _parser().parse_args(["convert", str(dump), "--schema-registry", "http://r:1",
-                                 "-X", "basic.auth.user.info=alice:s3cret"])
-    assert "s3cret" not in repr(config_from_args(args))
+    config = ConvertConfig.from_args([str(dump), "--schema-registry", "http://bob:pw@r:1",
+                                      "-X", "basic.auth.user.info=alice:s3cret"], prog="t")
+    assert config.registry == {"basic.auth.user.info": "alice:s3cret"}
+    assert config.schema_registry == "http://bob:pw@r:1"
+    for shown in (repr(config), str(config), str(config.masked())):
+        assert "s3cret" not in shown and "bob:pw" not in shown
 
 
 def test_python_dash_m_subprocess(dump: Path):
@@ -134,3 +139,92 @@ def test_several_inputs_form_one_stream(tmp_path: Path):
     assert main(["convert", str(first), str(second), "-o", str(out)]) == 0
     ops = [json.loads(line)["op"] for line in out.read_text().splitlines()]
     assert ops == ["insert", "update", "update"]  # the key change still merged
+
+
+def test_every_setting_can_come_from_the_environment(dump: Path, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    """The settings the README promised as DEBEZIUM_BRIDGE_<NAME> and that were silently
+    ignored: TO, OUTPUT, FAIL_ON_ERROR and the pairing switch."""
+    out = tmp_path / "env.jsonl"
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_TO", "flat")
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_OUTPUT", str(out))
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_FAIL_ON_ERROR", "true")
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_PAIR_KEY_CHANGES", "false")
+    assert main(["convert", str(dump)]) == 1  # the corrupt record, with fail_on_error
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "__op" in rows[0]  # flat
+    # without pairing the key change comes out as its delete and create halves
+    assert [(r["id"], r["__op"]) for r in rows if r["id"] in (7, 8)] == [
+        (7, "delete"), (8, "insert")]
+
+
+def test_config_file_keys_are_the_flag_names(dump: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"inputs: ['{dump}']\noutput: '{out}'\npair_key_changes: false\n")
+    assert main(["convert", "--config", str(cfg)]) == 0
+    assert [json.loads(line)["op"] for line in out.read_text().splitlines()].count(
+        "insert") == 2  # the key change's create half is an insert of its own
+
+
+def test_properties_file_with_continued_lines(dump: Path, tmp_path: Path) -> None:
+    """Java .properties: a sasl.jaas.config value continued with a backslash is one setting."""
+    cfg = tmp_path / "c.properties"
+    cfg.write_text(f"inputs={dump}\nschema_registry=http://127.0.0.1:1\n"
+                   "registry.sasl.jaas.config=org.apache.kafka.common.security.plain."
+                   "PlainLoginModule required \\\n    username=\"u\" password=\"p\";\n"
+                   "ces.bit=boolean\nmax_pending=7\n")
+    config = ConvertConfig.from_args(["--config", str(cfg)], prog="t")
+    assert config.registry == {"sasl.jaas.config": "org.apache.kafka.common.security.plain."
+                               "PlainLoginModule required username=\"u\" password=\"p\";"}
+    assert (config.ces.bit, config.max_pending, config.inputs) == ("boolean", 7, [str(dump)])
+    assert "password" not in repr(config)
+
+
+def test_unknown_keys_are_rejected_everywhere(dump: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"inputs: ['{dump}']\nces: {{no_such_switch: 1}}\n")
+    assert main(["convert", "--config", str(cfg)]) == 2
+    assert main(["convert", str(dump), "--no-such-flag"]) == 2
+
+
+def test_unreachable_registry_stops_the_run_instead_of_rejecting_records(tmp_path: Path,
+                                                                         capsys) -> None:
+    """An Avro record whose schema cannot be fetched because the registry is down: exit 4 with
+    a clear error, the counters, and no dead letter."""
+    records = [RawRecord(TOPIC, 0, 0, None, b'{"id":1}', b"\x00\x00\x00\x00\x01\x02")]
+    dump = tmp_path / "avro.jsonl"
+    with dump.open("wb") as out:
+        write_lossless(records, out)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    dlq = tmp_path / "dlq.jsonl"
+    code = main(["convert", str(dump), "-o", str(tmp_path / "o"), "--dlq", str(dlq),
+                 "--schema-registry", f"http://127.0.0.1:{closed}", "-X", "max.retries=1",
+                 "-X", "retries.wait.ms=10"])
+    assert code == EXIT_SERVICE
+    assert dlq.read_bytes() == b""
+    err = capsys.readouterr().err
+    assert "schema registry unreachable" in err and "records_in=0" in err
+
+
+def test_ctrl_c_stops_cleanly_with_the_counters(dump: Path) -> None:
+    """SIGINT while reading standard input: exit 130, the counters, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "debezium_bridge", "convert", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = dump.read_bytes().splitlines(keepends=True)[:3]  # insert, create half, update
+    proc.stdin.write(b"".join(lines))
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], 60)  # the insert is out: it is running
+    assert ready, "no output from the CLI"
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert json.loads(first)["op"] == "insert"
+    text = err.decode()
+    assert "Traceback" not in text
+    assert "interrupted" in text and "records_in=3" in text and "balanced" in text

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from debezium_bridge.core import Translator, TranslatorConfig
+from debezium_bridge.core import Translator
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.model.change import ChangeRecord
 from tests.unit.envelopes import TOPIC, delete, event, insert, lsn, row, tombstone, update
 

@@ -51,30 +51,6 @@ class DecodeOptions(msgspec.Struct, frozen=True):
     """Schemas for schema-less JSON, by topic or by ``db.schema.table``."""
 
 
-class DecodeSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """How the input was produced: the decoder settings every runner's config shares (file
-    keys = these names)."""
-
-    schema_registry: str | None = None
-    registry: dict[str, str] = msgspec.field(default_factory=dict)
-    """Schema registry client settings (Confluent names, e.g. ``basic.auth.user.info``)."""
-    avro_schemas: str | None = None
-    """Offline Avro schemas: a JSON file mapping schema id or subject to schema."""
-    table_schemas: str | None = None
-    """Connect schemas for schema-less JSON, by topic or ``db.schema.table``."""
-    binary_handling_mode: BinaryHandlingMode = "bytes"
-    unavailable_value_placeholder: str = DEFAULT_PLACEHOLDER
-
-    def decode_options(self, table_schemas: Mapping[str, TableSchema] | None = None
-                       ) -> DecodeOptions:
-        """The decoder options (reads the table-schema file unless ``table_schemas`` given)."""
-        if table_schemas is None:
-            table_schemas = load_table_schemas(self.table_schemas) if self.table_schemas else {}
-        return DecodeOptions(unavailable_value_placeholder=self.unavailable_value_placeholder,
-                             binary_handling_mode=self.binary_handling_mode,
-                             table_schemas=table_schemas)
-
-
 _RAW_NULL = msgspec.Raw(b"null")
 
 

@@ -6,13 +6,13 @@ envelopes themselves are built by :class:`~debezium_bridge.formats.debezium.enco
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
 
+from debezium_bridge.config import Settings
 from debezium_bridge.errors import ConfigError, EncodeError, RecordError, SchemaError
 from debezium_bridge.formats.columns import ColumnCatalog, record_column_names
 from debezium_bridge.formats.debezium.encode import (
@@ -32,15 +32,14 @@ from debezium_bridge.formats.debezium.sqltypes import (
     TimePrecisionMode,
     column_spec,
 )
+from debezium_bridge.model.change import epoch_ms
 from debezium_bridge.model.records import RawRecord
-from debezium_bridge.partitioner import partition_for
 
 
-class DebeziumOutOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """How canonical records are written back as SQL Server connector envelopes.
-
-    CLI flags are ``--debezium-<name with dashes>``; config-file keys ``debezium_<name>``.
-    """
+class DebeziumOutOptions(Settings):
+    """How change records are written back as SQL Server connector envelopes — the
+    ``debezium`` settings group: flags ``--debezium.<name>``, file keys
+    ``debezium: {<name>: …}``."""
 
     topic_prefix: str | None = None
     """``topic.prefix`` (topics ``<prefix>.<db>.<schema>.<table>``, ``source.name``); default:
@@ -57,8 +56,11 @@ class DebeziumOutOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     =.*``; Debezium's default is off). On by default so that consumers see the SQL types and
     fractional seconds keep their declared precision when read back."""
     time_precision_mode: TimePrecisionMode = "adaptive"
+    """The connector's ``time.precision.mode`` to imitate."""
     decimal_handling_mode: DecimalHandlingMode = "precise"
+    """The connector's ``decimal.handling.mode`` to imitate."""
     binary_handling_mode: BinaryHandlingMode = "bytes"
+    """The connector's ``binary.handling.mode`` to imitate."""
 
     @property
     def modes(self) -> ConnectorModes:
@@ -90,17 +92,6 @@ class DebeziumOutCounters(msgspec.Struct, kw_only=True):
 _VERSION_RE = re.compile(r"\d+\.\d+")
 
 
-def _epoch_ms(iso: str | None) -> int | None:
-    """``YYYY-MM-DDTHH:MM:SS.mmmZ`` (canonical commit_ts/capture_ts) → epoch milliseconds."""
-    if iso is None:
-        return None
-    moment = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
 def _sql_column(name: str, type_text: str) -> SqlColumn:
     """A :class:`SqlColumn` of a ``cols``-style type; types sqltypes does not model (UDTs,
     sql_variant, ...) are written as ``nvarchar(max)`` text."""
@@ -129,13 +120,11 @@ class DebeziumWriter:
       when the record has one (a key change's delete half gets the numbers before the create's).
     * Columns in ``unavailable_columns`` get Debezium's ``__debezium_unavailable_value``
       placeholder (text, or its bytes for binary columns), as the connector sends unchanged LOBs.
-    * Partition: Kafka's default partitioner over ``partitions`` (murmur2 of the key bytes;
-      keyless records round-robin); offsets count per topic partition.
     """
 
     def __init__(self, options: DebeziumOutOptions | None = None, catalog: Any = None, *,
                  encoding: Literal["json", "avro"] = "json",
-                 registrar: SchemaRegistrar | None = None, partitions: int = 1) -> None:
+                 registrar: SchemaRegistrar | None = None) -> None:
         self.options = options or DebeziumOutOptions()
         self.catalog = catalog if catalog is not None else ColumnCatalog()
         if encoding == "avro":
@@ -144,14 +133,9 @@ class DebeziumWriter:
             self._encoding: Encoding = "avro"
         else:
             self._encoding = "json-schema" if self.options.json_schemas else "json"
-        if partitions < 1:
-            raise ConfigError("output partitions must be at least 1")
         self.registrar = registrar
-        self.partitions = partitions
         self.counters = DebeziumOutCounters()
         self._encoders: dict[tuple[Any, ...], tuple[DebeziumEncoder, dict[str, Any]]] = {}
-        self._offsets: dict[tuple[str, int], int] = {}
-        self._round_robin = 0
 
     def _version(self, record: Any) -> str:
         if self.options.version:
@@ -183,16 +167,6 @@ class DebeziumWriter:
             found = self._encoders[cache_key] = (encoder, encoder.encoders)
         return found
 
-    def _place(self, topic: str, key: bytes | None) -> tuple[int, int]:
-        if key is not None:
-            partition = partition_for(key, self.partitions)
-        else:
-            partition = self._round_robin % self.partitions
-            self._round_robin += 1
-        offset = self._offsets.get((topic, partition), 0)
-        self._offsets[(topic, partition)] = offset + 1
-        return partition, offset
-
     def encode(self, record: Any) -> list[Any]:
         """The Kafka records (:class:`~debezium_bridge.model.records.RawRecord`) of one canonical
         record; raises :class:`~debezium_bridge.errors.EncodeError`."""
@@ -215,10 +189,10 @@ class DebeziumWriter:
         if op not in ("insert", "read", "update", "delete"):
             return []
         encoder, encoders = self._encoder(record)
-        commit_ms = _epoch_ms(record.commit_ts)
+        commit_ms = epoch_ms(record.commit_ts)
         if commit_ms is None:
             raise EncodeError("no commit time (source.ts_ms)")
-        capture_ms = _epoch_ms(record.capture_ts)
+        capture_ms = epoch_ms(record.capture_ts)
         position = record.position
 
         unavailable = record.unavailable_columns
@@ -246,13 +220,11 @@ class DebeziumWriter:
             value = encoder.encode_envelope(dbz_op, connect(before), connect(after), source, tx,
                                             capture_ms)
             kafka_key = key_bytes(key)
-            partition, offset = self._place(encoder.topic, kafka_key)
             timestamp = capture_ms if capture_ms is not None else commit_ms
-            out = [RawRecord(encoder.topic, partition, offset, timestamp, kafka_key, value)]
+            out = [RawRecord(encoder.topic, 0, None, timestamp, kafka_key, value)]
             self.counters.data_records += 1
             if dbz_op == "d" and self.options.tombstones:
-                partition, offset = self._place(encoder.topic, kafka_key)
-                out.append(RawRecord(encoder.topic, partition, offset, timestamp, kafka_key,
+                out.append(RawRecord(encoder.topic, 0, None, timestamp, kafka_key,
                                      None))
                 self.counters.tombstones += 1
             return out

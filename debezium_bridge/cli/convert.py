@@ -1,0 +1,324 @@
+"""``debezium-bridge convert``: translate topic dumps (kcat ``-J``, console-consumer text, our
+lossless JSON lines, Avro-JSON, CES) into a canonical feed, CES CloudEvents or Debezium
+envelopes, with every rejected record in a dead-letter file and counters that add up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Any, BinaryIO, Literal
+
+import msgspec
+from pydantic_settings import CliPositionalArg
+
+from debezium_bridge.cli.sink import FileSink
+from debezium_bridge.clients.registry import RegistrySchemaResolver, registry_registrar
+from debezium_bridge.config import RunnerSettings
+from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.core.settings import TranslatorConfig
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.ces.envelope import is_ces
+from debezium_bridge.formats.debezium.avro import AvroDecoder
+from debezium_bridge.formats.debezium.decode import Decoder, load_table_schemas
+from debezium_bridge.formats.debezium.registry import (
+    FileSchemaResolver,
+    InMemoryRegistry,
+    SchemaRegistrar,
+    SchemaResolver,
+)
+from debezium_bridge.formats.debezium.settings import DecodeSettings
+from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump
+from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.records import RawRecord
+from debezium_bridge.output import Output, OutputFormat, OutputSettings
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_IO, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+_LOGGED_REJECTIONS = 20
+"""Dead letters named one by one in the log; the rest are counted (they are all in --dlq)."""
+
+
+# mypy sees two model_config types; pydantic merges them (RunnerSettings' wins)
+class ConvertConfig(RunnerSettings, DecodeSettings, TranslatorConfig,  # type: ignore[misc]
+                    OutputSettings):
+    """Settings of ``debezium-bridge convert`` (flags, ``DEBEZIUM_BRIDGE_<NAME>`` variables,
+    ``--config`` file keys)."""
+
+    client_settings_help = ("schema registry client setting under Confluent's name, e.g. "
+                            "-X basic.auth.user.info=user:password (repeatable)")
+    client_settings_field = "registry"
+    cli_shortcuts = {"output": "o"}
+
+    inputs: CliPositionalArg[list[str]] = []
+    """Dump files, read in order as one stream (``-`` = standard input)."""
+    input_format: Literal["auto", "lossless", "kcat", "text"] = "auto"
+    """Format of the input files (auto: detected per file)."""
+    topic: str | None = None
+    """Topic of console-consumer text dumps (default: the file name)."""
+    key_separator: str | None = None
+    """Key separator of console-consumer text dumps (``print.key=true``)."""
+    to: Literal["canonical", "exploded", "flat", "ces", "ces-avro", "debezium",
+                "debezium-avro"] = "canonical"
+    """Output: a canonical view (canonical, exploded, flat), CES CloudEvents (ces, ces-avro) or
+    Debezium envelopes (debezium, debezium-avro)."""
+    output: str = "-"
+    """Output file (``-`` = standard output)."""
+    output_format: Literal["auto", "values", "lossless"] = "auto"
+    """``values``: one value per line; ``lossless``: our lossless JSON lines with topic,
+    partition, offset, key, value and headers (readable by ``convert``). ``auto``: values for
+    the JSON formats, lossless for the binary ones and for Debezium envelopes (keys and
+    tombstones matter there)."""
+    output_partitions: int = 1
+    """Partitions of the output topics in lossless output (Kafka's murmur2 partitioner on the
+    key)."""
+    output_avro_schemas: str | None = None
+    """``--to debezium-avro`` without a registry: register schemas in memory and write them to
+    this file as ``{id: schema}`` (readable with ``--avro-schemas``)."""
+    dlq: str | None = None
+    """Write rejected records (and changes a format cannot hold) to this file, as lossless JSON
+    lines with ``__connect.errors.*`` headers."""
+    fail_on_error: bool = False
+    """Exit 1 when any record was rejected."""
+    progress: Literal["auto", "always", "never"] = "auto"
+    """Progress line on standard error (auto: when it is a terminal)."""
+    counters_json: str | None = None
+    """Also write the counters as JSON to this file."""
+
+    def model_post_init(self, context: Any) -> None:
+        if not self.inputs:
+            raise ConfigError("no input files given")
+        if self.output_partitions < 1:
+            raise ConfigError("output_partitions must be at least 1")
+
+    @property
+    def format(self) -> OutputFormat:
+        return OutputFormat(self.to)
+
+    @property
+    def file_layout(self) -> Literal["values", "lossless"]:
+        if self.output_format == "values":
+            if self.format.binary:
+                raise ConfigError(f"--to {self.to} writes binary values: use --output-format "
+                                  "lossless")
+            return "values"
+        if self.output_format == "lossless":
+            return "lossless"
+        keyed = self.format.binary or self.format is OutputFormat.DEBEZIUM
+        return "lossless" if keyed else "values"
+
+
+def _is_data_topic(topic: str) -> bool:
+    """Side topics: ``<prefix>``, ``<prefix>.transaction``, ``__debezium-heartbeat.*``."""
+    return (not topic.startswith("__") and not topic.endswith(".transaction")
+            and topic.count(".") >= 2)
+
+
+class _Progress:
+    """A one-line progress display on a terminal (a display, not a log)."""
+
+    def __init__(self, stream: IO[str], enabled: bool, total_bytes: int | None) -> None:
+        self.stream, self.enabled, self.total = stream, enabled, total_bytes
+        self.start = self._next = time.monotonic()
+
+    def update(self, records: int, done_bytes: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or now < self._next:
+            return
+        self._next = now + 0.2
+        rate = records / max(now - self.start, 1e-9)
+        pct = f" {100 * done_bytes / self.total:5.1f}%" if self.total else ""
+        self.stream.write(f"\r{records:>12,} records{pct} {rate:>10,.0f}/s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 60 + "\r")
+
+
+@contextlib.contextmanager
+def _open_out(path: str | None) -> Iterator[BinaryIO | None]:
+    if path is None:
+        yield None
+    elif path == "-":
+        yield sys.stdout.buffer
+    else:
+        with open(path, "wb") as handle:
+            yield handle
+
+
+def _resolver(config: ConvertConfig, dump_schemas: dict[str, Any]) -> SchemaResolver | None:
+    if config.schema_registry:
+        return RegistrySchemaResolver({**config.registry, "url": str(config.schema_registry)})
+    if config.avro_schemas or dump_schemas:
+        resolver = (FileSchemaResolver.from_file(config.avro_schemas) if config.avro_schemas
+                    else FileSchemaResolver({}))
+        for subject, schema in dump_schemas.items():
+            resolver.add_subject(subject, schema)
+        return resolver
+    return None
+
+
+def _registrar(config: ConvertConfig) -> tuple[SchemaRegistrar | None, InMemoryRegistry | None]:
+    if config.format is not OutputFormat.DEBEZIUM_AVRO:
+        return None, None
+    if config.schema_registry:
+        return registry_registrar({**config.registry, "url": str(config.schema_registry)}), None
+    if config.output_avro_schemas:
+        registry = InMemoryRegistry()
+        return registry, registry
+    raise ConfigError("--to debezium-avro needs --schema-registry (or --output-avro-schemas "
+                      "FILE for offline schema ids)")
+
+
+class Conversion:
+    """One run of ``convert``; :meth:`run` returns the exit code. Interrupted or stopped by a
+    service error, it still writes what was released and reports the counters."""
+
+    def __init__(self, config: ConvertConfig, progress_stream: IO[str] | None = None) -> None:
+        self.config = config
+        self.progress_stream = progress_stream or sys.stderr
+        self.reader_options: dict[str, Any] = {
+            "fmt": None if config.input_format == "auto" else DumpFormat(config.input_format),
+            "topic": config.topic, "key_separator": config.key_separator}
+        self.rejected_logged = 0
+
+    def _learn_inputs(self) -> tuple[set[tuple[str, int]], dict[str, Any], int]:
+        """Partitions of the data topics (so ordering waits for all), Avro schemas embedded in
+        the dumps, and the input size."""
+        partitions: set[tuple[str, int]] = set()
+        schemas: dict[str, Any] = {}
+        total = 0
+        if "-" in self.config.inputs:
+            return partitions, schemas, total
+        for path in self.config.inputs:
+            with read_dump(path, **self.reader_options) as reader:
+                for item in reader:
+                    if isinstance(item, RawRecord) and (_is_data_topic(item.topic)
+                                                        or is_ces(item.value)):
+                        partitions.add((item.topic, item.partition))
+                schemas.update(reader.avro_schemas)
+                total += reader.total_bytes or 0
+        return partitions, schemas, total
+
+    def run(self) -> int:
+        config = self.config
+        partitions, dump_schemas, total_bytes = self._learn_inputs()
+        table_schemas = load_table_schemas(config.table_schemas) if config.table_schemas \
+            else {}
+        decoder = Decoder(config.decode_options(table_schemas),
+                          AvroDecoder(_resolver(config, dump_schemas)))
+        pipeline = Pipeline(TranslatorConfig(pair_key_changes=config.pair_key_changes,
+                                             max_pending=config.max_pending,
+                                             dedupe_capacity=config.dedupe_capacity),
+                            decoder, config.ces)
+        for name, schema in table_schemas.items():
+            pipeline.catalog.add_schema(schema, name)
+        pipeline.translator.expect(partitions)
+        registrar, offline = _registrar(config)
+        output = Output([config.format], config, catalog=pipeline.catalog, registrar=registrar)
+        self.pipeline, self.output = pipeline, output
+        show = config.progress == "always" or (config.progress == "auto"
+                                               and self.progress_stream.isatty())
+        progress = _Progress(self.progress_stream, show, total_bytes or None)
+        started = time.monotonic()
+        code = EXIT_OK
+        with _open_out(config.output) as out, _open_out(config.dlq) as dlq:
+            assert out is not None
+            sink = FileSink(out, config.file_layout, config.output_partitions)
+            dead_sink = FileSink(dlq, "lossless") if dlq is not None else None
+            try:
+                self._translate(sink, dead_sink, progress, show)
+            except KeyboardInterrupt:
+                log.warning("interrupted: %d events still waiting were not written",
+                            pipeline.translator.counters.pending)
+                code = EXIT_INTERRUPTED
+            finally:
+                self._drain(sink, dead_sink)
+                sink.flush()
+                if dead_sink is not None:
+                    dead_sink.flush()
+                progress.close()
+                self._report(time.monotonic() - started)
+        if offline is not None and config.output_avro_schemas:
+            with open(config.output_avro_schemas, "wb") as handle:
+                handle.write(msgspec.json.encode({str(k): v
+                                                  for k, v in offline.schemas.items()}))
+        if code == EXIT_OK and config.fail_on_error and (
+                pipeline.dead_letters or output.counters.total_encode_errors):
+            code = EXIT_REJECTED
+        return code
+
+    def _translate(self, sink: FileSink, dead_sink: FileSink | None, progress: _Progress,
+                   show: bool) -> None:
+        pipeline, counters = self.pipeline, self.pipeline.translator.counters
+        done_bytes = 0
+        for path in self.config.inputs:
+            with read_dump(path, **self.reader_options) as reader:
+                for item in reader:
+                    if item.__class__ is DumpLineError:
+                        bad: DumpLineError = item  # type: ignore[assignment]
+                        raw = RawRecord(topic=f"file:{bad.path}", partition=0,
+                                        offset=bad.line_no, value=bad.raw)
+                        pipeline.translator.reject(DeadLetter(
+                            raw, "read", "DumpLineError", bad.message,
+                            error_module="debezium_bridge.formats.dumps"))
+                    else:
+                        pipeline.process(item)  # type: ignore[arg-type]
+                    if pipeline.has_output:
+                        self._drain(sink, dead_sink)
+                    if show and counters.records_in % 4096 == 0:
+                        progress.update(counters.records_in,
+                                        done_bytes + (reader.bytes_read or 0))
+                done_bytes += reader.bytes_read or 0
+        pipeline.flush()
+
+    def _drain(self, sink: FileSink, dead_sink: FileSink | None) -> None:
+        changes, dead = self.pipeline.drain()
+        records = self.output.encode_many(changes)
+        letters = [self.output.dead_letter(d) for d in dead]
+        failed = [r for r in records if r.kind == "dead_letter"]
+        if failed:
+            records = [r for r in records if r.kind == "change"]
+            letters += failed
+        sink.write(records)
+        for letter in letters:
+            self._log_rejection(letter)
+        if dead_sink is not None and letters:
+            dead_sink.write(letters)
+
+    def _log_rejection(self, letter: Any) -> None:
+        self.rejected_logged += 1
+        if self.rejected_logged <= _LOGGED_REJECTIONS:
+            h = {k: (v or b"").decode("utf-8", "replace") for k, v in letter.headers}
+            log.warning("rejected %s[%s]@%s %s: %s", h.get("__connect.errors.topic"),
+                        h.get("__connect.errors.partition"), h.get("__connect.errors.offset"),
+                        h.get("__connect.errors.stage"),
+                        h.get("__connect.errors.exception.message"))
+        elif self.rejected_logged == _LOGGED_REJECTIONS + 1:
+            log.warning("more records rejected; every one is in the dead-letter file (--dlq)")
+
+    def _report(self, elapsed: float) -> None:
+        pipeline = self.pipeline
+        counters = pipeline.translator.counters
+        log.info("%s", counters.summary())
+        segments = pipeline.assembler.counters
+        if segments.records_in != segments.passed or segments.split_updates:
+            log.info("%s", segments.summary())
+        log.info("%s", self.output.summary())
+        log.info("%d records in %.2f s; state %s", counters.records_in, elapsed,
+                 pipeline.translator.state_size())
+        if self.config.counters_json:
+            with open(self.config.counters_json, "w") as handle:
+                handle.write(msgspec.json.encode(
+                    {**counters.as_dict(), "ces_input": segments.as_dict(),
+                     "output": self.output.counters.as_dict()}).decode() + "\n")
+
+
+def run_convert(config: ConvertConfig) -> int:
+    """Run one conversion; returns the process exit code."""
+    return Conversion(config).run()

@@ -1,0 +1,150 @@
+"""Tools beside the runners: ``samples`` writes sample Debezium traffic, ``broker`` runs the
+embedded Kafka broker, ``produce`` loads a dump file into Kafka. The demo, the tests and users
+share them."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import msgspec
+from pydantic_settings import CliPositionalArg
+
+from debezium_bridge.clients.kafka import create_topics
+from debezium_bridge.clients.kafka import produce as produce_records
+from debezium_bridge.config import ClientSettings, RunnerSettings
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.debezium.registry import InMemoryRegistry
+from debezium_bridge.formats.dumps import DumpLineError, read_dumps, write_lossless
+from debezium_bridge.model.records import RawRecord
+
+log = logging.getLogger(__name__)
+
+
+class SamplesConfig(RunnerSettings):
+    """Settings of ``debezium-bridge samples``."""
+
+    model_config = {"env_prefix": "DEBEZIUM_BRIDGE_SAMPLES_"}
+    cli_shortcuts = {"output": "o"}
+
+    output: str = "-"
+    """Dump file to write (``-`` = standard output), as lossless JSON lines."""
+    encoding: Literal["json-schema", "json", "avro"] = "json-schema"
+    """Converter to imitate: JsonConverter with or without schemas, or Confluent Avro."""
+    partitions: int = 3
+    """Partitions of the table topic."""
+    avro_schemas_out: str | None = None
+    """With the Avro encoding: write the ``{id: schema}`` file here (for ``--avro-schemas``)."""
+
+
+def samples(argv: Sequence[str]) -> int:
+    """Write the demo traffic (see :func:`debezium_bridge.testing.simulator.demo`)."""
+    from debezium_bridge.testing.simulator import demo_traffic
+
+    config = SamplesConfig.from_args(
+        argv, prog="debezium-bridge samples",
+        description="Write sample Debezium SQL Server traffic (snapshot, inserts, an update, a "
+                    "delete, a primary-key change split across partitions, a replayed tail, a "
+                    "corrupt record) as a lossless dump.")
+    registry = InMemoryRegistry()
+    records = demo_traffic(config.encoding, config.partitions, registry)
+    if config.output == "-":
+        write_lossless(records, sys.stdout.buffer)
+    else:
+        with open(config.output, "wb") as out:
+            write_lossless(records, out)
+    if config.avro_schemas_out:
+        with open(config.avro_schemas_out, "wb") as handle:
+            handle.write(msgspec.json.encode({str(k): v for k, v in registry.schemas.items()}))
+    log.info("wrote %d sample records", len(records))
+    return 0
+
+
+class BrokerConfig(RunnerSettings):
+    """Settings of ``debezium-bridge broker``."""
+
+    model_config = {"env_prefix": "DEBEZIUM_BRIDGE_BROKER_"}
+
+    port: int = 9092
+    """Loopback port to listen on (0: a free one)."""
+    log_file: str | None = None
+    """Where the broker writes its own log (default: nowhere)."""
+
+
+def broker(argv: Sequence[str]) -> int:
+    """Run the embedded broker until Ctrl-C or SIGTERM."""
+    from debezium_bridge.testing.broker import EmbeddedKafka
+
+    config = BrokerConfig.from_args(
+        argv, prog="debezium-bridge broker",
+        description="Run the embedded Kafka broker (Tansu, memory storage) on 127.0.0.1 for "
+                    "local development; needs pip install 'debezium-bridge[embedded]'.")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with EmbeddedKafka(config.port or None, log_path=config.log_file) as kafka:
+        sys.stdout.write(f"bootstrap.servers={kafka.bootstrap_servers}\n")
+        sys.stdout.flush()
+        log.info("embedded broker on %s; Ctrl-C stops it", kafka.bootstrap_servers)
+        try:
+            while not stop.wait(0.5):
+                if not kafka.running:
+                    raise ConfigError("the broker exited (is the port in use?)")
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+class ProduceConfig(RunnerSettings):
+    """Settings of ``debezium-bridge produce``."""
+
+    model_config = {"env_prefix": "DEBEZIUM_BRIDGE_PRODUCE_"}
+    client_settings_field = "kafka"
+    client_settings_help = ("librdkafka producer setting under its own name, e.g. "
+                            "-X security.protocol=SASL_SSL (repeatable)")
+
+    inputs: CliPositionalArg[list[str]] = []
+    """Dump files (lossless JSON lines, kcat -J, console-consumer text)."""
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """Kafka ``bootstrap.servers``."""
+    kafka: ClientSettings = {}
+    """Producer settings under their librdkafka names."""
+    topic: str | None = None
+    """Produce every record to this topic instead of its own."""
+    keep_partitions: bool = True
+    """Produce each record to the partition the dump names (else Kafka's partitioner)."""
+    create_topics: bool = True
+    """Create missing topics with as many partitions as the dump uses."""
+    timeout: float = 30.0
+    """Seconds to wait for the broker before giving up (exit 4)."""
+
+    def model_post_init(self, context: Any) -> None:
+        if not self.inputs:
+            raise ConfigError("no dump files given")
+
+
+def produce(argv: Sequence[str]) -> int:
+    """Load dump files into Kafka, in order, keeping keys, headers and timestamps."""
+    config = ProduceConfig.from_args(
+        argv, prog="debezium-bridge produce",
+        description="Load dump files into Kafka topics (keys, values, headers, timestamps and, "
+                    "by default, partitions kept).")
+    records: list[RawRecord] = []
+    for item in read_dumps(config.inputs):
+        if isinstance(item, DumpLineError):
+            raise ConfigError(f"{item.path}:{item.line_no}: {item.message}")
+        records.append(item if config.topic is None
+                       else msgspec.structs.replace(item, topic=config.topic))
+    if config.create_topics:
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.topic] = max(counts.get(r.topic, 1), r.partition + 1)
+        create_topics(config.bootstrap_servers, counts, config.kafka, config.timeout)
+    delivered = produce_records(config.bootstrap_servers, records, config.kafka,
+                                keep_partitions=config.keep_partitions, timeout=config.timeout)
+    log.info("produced %d records to %s", len(delivered),
+             ", ".join(sorted({r.topic for r in delivered})))
+    return 0
