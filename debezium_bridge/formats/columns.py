@@ -11,9 +11,12 @@ Where the type comes from, best first:
 2. Debezium's ``__debezium.source.column.type`` / ``.length`` / ``.scale`` Connect parameters
    (``column.propagate.source.type``), e.g. ``NVARCHAR`` + 50 → ``nvarchar(50)`` (exact).
 3. The Connect type and semantic name (reference ``ces.md`` §7), e.g. ``int32`` → ``int``,
+   ``float64`` (JsonConverter ``"double"``) → ``float``, ``float32`` (``"float"``) → ``real``,
    ``io.debezium.time.NanoTimestamp`` → ``datetime2(7)``, ``string`` → ``nvarchar(max)``,
    ``Decimal`` with scale 2 and ``connect.decimal.precision`` 10 → ``decimal(10,2)``. Lossy:
    ``tinyint`` reads as ``smallint``, ``datetime`` as ``datetime2(3)``, text lengths as ``max``.
+   Column types are Connect ``Schema.Type`` names here; the schema readers convert the
+   JsonConverter spellings (:func:`debezium_bridge.model.schema.connect_type_from_json`).
 4. No schema at all (schema-less JSON without ``--table-schemas``): guessed from the values
    (``int`` → ``bigint``, ``float`` → ``float``, ``bool`` → ``bit``, anything else →
    ``nvarchar(max)``), remembered per table and column so one column keeps one type. Lossy.
@@ -32,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from debezium_bridge.errors import SchemaError
 from debezium_bridge.model.change import ChangeRecord, TableRef
 from debezium_bridge.model.schema import (
     SOURCE_LENGTH_PARAM,
@@ -80,8 +84,11 @@ _SEMANTIC_TYPES: dict[str, str] = {
 _CONNECT_TYPES: dict[str, str] = {
     "int8": "smallint", "int16": "smallint", "int32": "int", "int64": "bigint",
     "boolean": "bit", "float32": "real", "float64": "float", "string": "nvarchar(max)",
-    "bytes": "varbinary(max)",
+    "bytes": "varbinary(max)", "array": "nvarchar(max)", "map": "nvarchar(max)",
+    "struct": "nvarchar(max)",
 }
+"""Connect ``Schema.Type`` → SQL type; every name of ``CONNECT_TYPES`` (a :class:`Column`
+holds no other)."""
 
 
 def column_type(column: Column) -> tuple[SqlType, bool]:
@@ -97,7 +104,10 @@ def column_type(column: Column) -> tuple[SqlType, bool]:
         return SqlType("decimal", precision=precision,
                        scale=_int_param(params.get("scale")) or 0), False
     text = _SEMANTIC_TYPES.get(semantic or "") or _CONNECT_TYPES.get(column.connect_type)
-    return parse_type(text or "nvarchar(max)"), False
+    if text is None:
+        raise SchemaError(f"column {column.name!r}: no SQL type for Connect type "
+                          f"{column.connect_type!r:.60}")
+    return parse_type(text), False
 
 
 def _int_param(value: str | None) -> int | None:
@@ -234,8 +244,9 @@ class ColumnCatalog:
                         if len(guessed) > 100_000:
                             guessed.clear()
                         guessed[key] = found
-        return tuple(CatalogColumn(name, guessed.get((table_id, name), "nvarchar(max)"), index, False)
-                     for index, name in enumerate(names))
+        return tuple(
+            CatalogColumn(name, guessed.get((table_id, name), "nvarchar(max)"), index, False)
+            for index, name in enumerate(names))
 
     def columns_for(self, record: ChangeRecord) -> Columns:
         """The columns of the record's table version (registered, else guessed)."""

@@ -4,6 +4,14 @@ A :class:`TableSchema` describes the columns of one table version (the ``<topic>
 the envelope). It is built from a JsonConverter ``schema`` object, from an Avro record schema
 written by Confluent's AvroConverter, or from a table-schema file, and compiled once per table
 version into value converters (see :mod:`debezium_bridge.formats.debezium.logical`).
+
+Type names: inside the bridge, :attr:`Column.connect_type` is always a Connect ``Schema.Type``
+name in lower case (:data:`CONNECT_TYPES`: ``int8 int16 int32 int64 float32 float64 boolean
+string bytes array map struct``). Kafka's JsonConverter spells two of them differently in the
+``schema`` it writes (``JsonSchema.java``, ``JsonConverter#asJsonSchema``/``#asConnectSchema``):
+FLOAT32 is ``"float"`` and FLOAT64 is ``"double"``. :func:`connect_type_from_json` converts when a
+JsonConverter schema is read (the bridge's own output before this rule wrote ``float32``/
+``float64``, so both spellings are read); :func:`json_type_name` converts back when one is written.
 """
 
 from __future__ import annotations
@@ -22,6 +30,34 @@ SOURCE_SCALE_PARAM = "__debezium.source.column.scale"
 CONNECT_PRIMITIVES = frozenset(
     {"int8", "int16", "int32", "int64", "float32", "float64", "boolean", "string", "bytes"}
 )
+CONNECT_TYPES = CONNECT_PRIMITIVES | {"array", "map", "struct"}
+"""Connect ``Schema.Type`` names, lower case: the bridge's one vocabulary of Connect types."""
+
+_JSON_NAMES: dict[str, str] = {name: name for name in CONNECT_TYPES} | {
+    "float32": "float", "float64": "double"}
+"""Connect type → the name Kafka's JsonConverter writes (``JsonSchema.FLOAT_TYPE_NAME`` ``"float"``,
+``DOUBLE_TYPE_NAME`` ``"double"``; every other name is the lower-case ``Schema.Type``)."""
+_FROM_JSON: dict[str, str] = {json: name for name, json in _JSON_NAMES.items()} | {
+    "float32": "float32", "float64": "float64"}  # written by this bridge before it wrote JSON names
+
+
+def connect_type_from_json(name: Any) -> str:
+    """The Connect type of a JsonConverter schema ``type`` (``"double"`` → ``float64``,
+    ``"float"`` → ``float32``; ``float32``/``float64`` are read too). An unknown name is a
+    :class:`~debezium_bridge.errors.SchemaError`, as in ``JsonConverter#asConnectSchema``."""
+    found = _FROM_JSON.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise SchemaError(f"unknown Connect schema type {name!r:.60}")
+    return found
+
+
+def json_type_name(connect_type: str) -> str:
+    """The ``type`` Kafka's JsonConverter writes for a Connect type (``float64`` → ``"double"``,
+    ``float32`` → ``"float"``, others unchanged)."""
+    found = _JSON_NAMES.get(connect_type)
+    if found is None:
+        raise SchemaError(f"not a Connect type: {connect_type!r:.60}")
+    return found
 
 
 class Column(msgspec.Struct, frozen=True):
@@ -35,11 +71,17 @@ class Column(msgspec.Struct, frozen=True):
 
     name: str
     connect_type: str
+    """A Connect ``Schema.Type`` name (:data:`CONNECT_TYPES`; never a JsonConverter spelling)."""
     semantic: str | None = None
     optional: bool = True
     parameters: Mapping[str, str] = msgspec.field(default_factory=dict)
     default: Any = None
     version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.connect_type not in CONNECT_TYPES:
+            raise SchemaError(f"column {self.name!r}: {self.connect_type!r:.60} is not a Connect "
+                              f"type (one of {', '.join(sorted(CONNECT_TYPES))})")
 
     @property
     def source_type(self) -> str | None:
@@ -76,7 +118,8 @@ class TableSchema(msgspec.Struct, frozen=True):
 
 
 def column_from_connect(field: Mapping[str, Any]) -> Column:
-    """A :class:`Column` from one JsonConverter field schema (``{"type","field",...}``)."""
+    """A :class:`Column` from one JsonConverter field schema (``{"type","field",...}``); the
+    type name is converted to the Connect one (:func:`connect_type_from_json`)."""
     try:
         name = field["field"]
         connect_type = field["type"]
@@ -87,6 +130,10 @@ def column_from_connect(field: Mapping[str, Any]) -> Column:
     params = field.get("parameters") or {}
     if not isinstance(params, Mapping):
         raise SchemaError(f"Connect parameters of {name!r} are not an object")
+    try:
+        connect_type = connect_type_from_json(connect_type)
+    except SchemaError as exc:
+        raise SchemaError(f"column {name!r}: {exc.message}") from None
     return Column(
         name=name,
         connect_type=connect_type,

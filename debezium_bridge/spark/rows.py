@@ -16,6 +16,9 @@ from debezium_bridge.model.schema import Column, TableSchema
 _SPARK_TYPES = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint",
                 "float32": "float", "float64": "double", "boolean": "boolean",
                 "string": "string"}
+"""Connect ``Schema.Type`` → Spark type. A :class:`Column` holds these names (a JsonConverter
+``"double"``/``"float"`` is read as ``float64``/``float32``); other types (bytes, arrays, maps,
+structs) stay canonical strings."""
 
 
 def _spark_type(column: Column) -> str:

@@ -4,7 +4,9 @@
 monotonically increasing LSNs, transactions whose changes share ``commit_lsn``, one ``change_lsn``
 per change, ``event_serial_no`` computed as ``SqlServerOffsetContext#setChangePosition`` does,
 snapshot rows, tombstones after deletes, both kinds of primary-key change, optional transaction
-metadata, and Kafka's default partitioner (murmur2 of the key bytes).
+metadata, and Kafka's default partitioner (murmur2 of the key bytes). Records are encoded by
+:class:`~debezium_bridge.formats.debezium.encode.DebeziumEncoder`, so JSON schemas name the types
+as Kafka's JsonConverter does (FLOAT64 ``"double"``, FLOAT32 ``"float"``).
 
 :func:`demo_traffic` is the README demo; :func:`bulk_corpus` streams large deterministic corpora.
 """

@@ -35,6 +35,24 @@ _AVRO_PRIMITIVES = frozenset(
 _AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
                     "boolean": "boolean", "string": "string", "bytes": "bytes", "record": "struct",
                     "array": "array", "map": "map", "enum": "string", "fixed": "bytes"}
+"""Avro type → Connect type, as ``AvroData#toConnectSchema`` reads it (Avro ``float`` is FLOAT32,
+``double`` FLOAT64)."""
+_INT_CONNECT_TYPES = frozenset({"int8", "int16"})
+"""``connect.type`` annotations of an Avro ``int`` (``AvroData.NON_AVRO_TYPES_BY_TYPE_CODE``)."""
+
+
+def _connect_type(avro_type: Any, annotation: Any, column: Any) -> str:
+    """The Connect type of an Avro (non-null) type; unknown names are schema errors."""
+    if isinstance(avro_type, list):  # a union of several types: AvroData's generalized sum struct
+        return "struct"
+    if annotation is not None and avro_type == "int":
+        if annotation not in _INT_CONNECT_TYPES:
+            raise SchemaError(f"column {column!r}: unknown connect.type {annotation!r:.60}")
+        return str(annotation)
+    found = _AVRO_TO_CONNECT.get(avro_type) if isinstance(avro_type, str) else None
+    if found is None:
+        raise SchemaError(f"column {column!r}: unknown Avro type {avro_type!r:.60}")
+    return found
 
 
 def strip_logical_types(schema: Any) -> Any:
@@ -59,15 +77,15 @@ def column_from_avro(field: Mapping[str, Any], named: dict[str, Any]) -> Column:
     if isinstance(avro_type, str) and avro_type in named:
         avro_type = named[avro_type]
     if isinstance(avro_type, dict):
-        base = avro_type.get("type")
-        connect_type = avro_type.get("connect.type") or _AVRO_TO_CONNECT.get(str(base), "struct")
+        connect_type = _connect_type(avro_type.get("type"), avro_type.get("connect.type"),
+                                     field.get("name"))
         semantic = avro_type.get("connect.name")
         params = avro_type.get("connect.parameters") or {}
         if semantic == "org.apache.kafka.connect.data.Decimal" and "scale" not in params:
             params = {**params, "scale": str(avro_type.get("scale", 0))}
         version = avro_type.get("connect.version")
     else:
-        connect_type = _AVRO_TO_CONNECT.get(str(avro_type), "struct")
+        connect_type = _connect_type(avro_type, None, field.get("name"))
         semantic, params, version = None, {}, None
     return Column(name=field["name"], connect_type=connect_type, semantic=semantic,
                   optional=optional, parameters={str(k): str(v) for k, v in params.items()},

@@ -2,7 +2,8 @@
 
 Encodings: Kafka's JsonConverter with schemas (``{"schema":…,"payload":…}``), without schemas
 (payload only), and Confluent's AvroConverter wire format (magic byte 0, 4-byte big-endian schema
-id, Avro binary). Schemas are built once per table and spliced with each payload.
+id, Avro binary). Schemas are built once per table and spliced with each payload; the JSON
+schemas spell Connect's FLOAT64/FLOAT32 ``"double"``/``"float"``, as Kafka's ``JsonSchema`` does.
 
 Shapes by Debezium version (checked against real captures and ``SchemaFactory``/``Envelope``):
 
@@ -36,6 +37,7 @@ from debezium_bridge.formats.debezium.sqltypes import (
     connect_struct_schema,
     sql_value_encoder,
 )
+from debezium_bridge.model.schema import json_type_name
 
 Encoding = Literal["json-schema", "json", "avro"]
 Op = Literal["c", "u", "d", "r"]
@@ -132,7 +134,9 @@ def features(version: str) -> Features:
 
 
 def _field(ctype: str, field: str, optional: bool, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": ctype, "optional": optional}
+    """A JsonConverter field schema of Connect type ``ctype`` (``type`` spelled as JsonConverter
+    writes it: FLOAT64 is ``"double"``, FLOAT32 ``"float"``)."""
+    out: dict[str, Any] = {"type": json_type_name(ctype), "optional": optional}
     out.update(extra)
     out["field"] = field
     return out

@@ -6,10 +6,16 @@ Sources (debezium/debezium): ``sqlserver/SqlServerValueConverters.java``,
 Kafka's ``JsonConverter#asJsonSchema`` for the JSON schema form and Confluent's
 ``AvroData#fromConnectSchema`` for the Avro form.
 
-Canonical input values are the SPEC §5.1 logical values (see :mod:`debezium_bridge.formats.debezium.logical` for the
-reverse direction): integers, decimals as exact strings (``"42.00"``), floats, booleans,
-``YYYY-MM-DD``, ``HH:MM:SS[.f…]``, ``YYYY-MM-DDTHH:MM:SS[.f…]`` (no zone, taken as UTC),
-datetimeoffset as ISO-8601 with offset, binary as standard base64, uniqueidentifier text.
+Connect types are ``Schema.Type`` names (``float64``) in :class:`Column`; the JsonConverter
+schemas written here spell them as Kafka does (``"double"``, see
+:func:`debezium_bridge.model.schema.json_type_name`), and the Avro schemas map them as
+``AvroData`` does.
+
+Canonical input values are the SPEC §5.1 logical values (see
+:mod:`debezium_bridge.formats.debezium.logical` for the reverse direction): integers, decimals as
+exact strings (``"42.00"``), floats, booleans, ``YYYY-MM-DD``, ``HH:MM:SS[.f…]``,
+``YYYY-MM-DDTHH:MM:SS[.f…]`` (no zone, taken as UTC), datetimeoffset as ISO-8601 with offset,
+binary as standard base64, uniqueidentifier text.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from debezium_bridge.model.schema import (
     SOURCE_SCALE_PARAM,
     SOURCE_TYPE_PARAM,
     Column,
+    connect_type_from_json,
+    json_type_name,
 )
 
 TimePrecisionMode = Literal["adaptive", "adaptive_time_microseconds", "connect", "isostring"]
@@ -559,8 +567,10 @@ def sql_value_encoder(col: SqlColumn, modes: ConnectorModes = DEFAULT_MODES) -> 
 
 def field_schema(column: Column) -> dict[str, Any]:
     """The JsonConverter field schema of one column (``type, optional, name?, version?,
-    parameters?, default?, field``)."""
-    out: dict[str, Any] = {"type": column.connect_type, "optional": column.optional}
+    parameters?, default?, field``); ``type`` as JsonConverter spells it (``"double"``,
+    ``"float"``)."""
+    out: dict[str, Any] = {"type": json_type_name(column.connect_type),
+                           "optional": column.optional}
     if column.semantic is not None:
         out["name"] = column.semantic
     if column.version is not None:
@@ -606,7 +616,9 @@ _DEFAULT_NAME = "ConnectDefault"
 
 def avro_schema_for(connect_schema: Mapping[str, Any]) -> Any:
     """The Avro schema Confluent's AvroConverter (``AvroData#fromConnectSchema``, default
-    ``connect.meta.data=true``) derives from a Connect schema given in JsonConverter form.
+    ``connect.meta.data=true``) derives from a Connect schema given in JsonConverter form
+    (``"double"``/``"float"``, or ``float64``/``float32``, become Avro ``double``/``float``;
+    ``int8``/``int16`` an Avro ``int`` with ``connect.type``).
 
     Records are named after the Connect name (namespace = everything before the last dot), a
     repeated record is a name reference, optional fields are ``["null", T]`` with ``default: null``
@@ -622,7 +634,7 @@ class _AvroBuilder:
         self.defined: set[str] = set()
 
     def convert(self, schema: Mapping[str, Any], space: str | None, ignore_optional: bool) -> Any:
-        ctype = schema["type"]
+        ctype = connect_type_from_json(schema["type"])
         optional = bool(schema.get("optional", False)) and not ignore_optional
         if ctype == "struct":
             record = self._record(schema, space)
@@ -658,7 +670,7 @@ class _AvroBuilder:
         return out
 
     def _non_record(self, schema: Mapping[str, Any], space: str | None) -> Any:
-        ctype = schema["type"]
+        ctype = connect_type_from_json(schema["type"])
         name = schema.get("name")
         params: Mapping[str, str] = schema.get("parameters") or {}
         out: dict[str, Any]
