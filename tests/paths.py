@@ -1,9 +1,11 @@
-"""Where the shared sample data lives (``../shared/data`` beside the checkout)."""
+"""Where the public sample data lives: ``tests/data`` in this repository.
+
+Each directory of ``tests/data`` has a PROVENANCE.md naming the public source of its files.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("DEBEZIUM_BRIDGE_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DATA = ROOT / "tests" / "data"

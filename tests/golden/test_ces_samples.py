@@ -1,4 +1,4 @@
-"""Golden tests on the public CES samples in ``../shared/data/ces`` (see its PROVENANCE.md).
+"""Golden tests on the public CES samples in ``tests/data/ces`` (see its PROVENANCE.md).
 
 * MS Learn MF-26 (``mslearn-2026-08_*``): decode to the canonical record the sample describes
   (values written out below from the sample text and SPEC §5.1), and re-encode to the *same
@@ -25,11 +25,10 @@ from debezium_bridge.formats.canonical import to_dict
 from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.model.records import RawRecord
-from tests.paths import SHARED_DATA
+from tests.paths import DATA
 from tests.unit.ces_support import events, run
 
-CES = SHARED_DATA / "ces"
-pytestmark = pytest.mark.skipif(not CES.is_dir(), reason="shared CES samples not available")
+CES = DATA / "ces"
 
 MF26 = ["mslearn-2026-08_employees_ins.json", "mslearn-2026-08_employees_upd.json",
         "mslearn-2026-08_employees_del.json"]

@@ -1,8 +1,9 @@
-"""Golden tests on the public samples in ``../shared/data`` (each directory has a PROVENANCE.md).
+"""Golden tests on the public samples in ``tests/data`` (each directory has a PROVENANCE.md).
 
-Expected values come from the PROVENANCE files, the Debezium reference
-(``../shared/reference/debezium-sqlserver.md``) and SPEC §3.1/§4/§5.1/§5.4, never from the
-translator's own output.
+Expected values come from the PROVENANCE files, the Debezium SQL Server connector documentation
+(https://debezium.io/documentation/reference/stable/connectors/sqlserver.html, summarized in the
+reference ``debezium-sqlserver.md``) and SPEC §3.1/§4/§5.1/§5.4, never from the translator's own
+output.
 
 Samples, whether each is a valid Debezium value as printed, and what the tests assert
 ("DL" = exactly one dead letter, never an exception; "repaired" = minimal edits, each explained
@@ -118,17 +119,14 @@ from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, Si
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.model.schema import table_from_connect
-from tests.paths import SHARED_DATA
+from tests.paths import DATA
 
-DATA = SHARED_DATA
 REDIS = DATA / "debezium-server-redis-sqlserver"
 DOCS = DATA / "debezium-docs-sqlserver"
 MZ = DATA / "materialize-sqlserver-testdrive"
 RW = DATA / "risingwave-debezium"
 FLINK = DATA / "flink-debezium-json"
 CE = DATA / "debezium-docs-cloudevents"
-
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="shared sample data not available")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -217,8 +215,8 @@ def redis_record(key: bytes | None, value: bytes | None, offset: int = 0) -> Raw
                      key=key, value=value)
 
 
-REDIS_KEY = (REDIS / "delete_event_key.decoded.json").read_bytes() if REDIS.is_dir() else b""
-REDIS_VALUE = (REDIS / "delete_event_value.decoded.json").read_bytes() if REDIS.is_dir() else b""
+REDIS_KEY = (REDIS / "delete_event_key.decoded.json").read_bytes()
+REDIS_VALUE = (REDIS / "delete_event_value.decoded.json").read_bytes()
 
 # Facts from PROVENANCE.md / the reference; only row values differ between schema-ful and
 # schema-less forms.
@@ -982,7 +980,7 @@ def test_risingwave_avro_json_value_schema_columns() -> None:
     assert cols["order_status"].connect_type == "int16"  # connect.type on an Avro int
 
 
-AVSC = json.loads((RW / "debezium_avro_msg_schema.avsc").read_text()) if RW.is_dir() else {}
+AVSC = json.loads((RW / "debezium_avro_msg_schema.avsc").read_text())
 
 
 def test_avsc_envelope_row_schema() -> None:

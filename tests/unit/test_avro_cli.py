@@ -3,8 +3,9 @@
 The registry is :class:`tests.support.registry.SchemaRegistryServer` (standard library HTTP on
 127.0.0.1), so this is a unit-tier test. The Avro demo traffic is produced with the server's
 ``register`` as the samples' registrar, so its records carry ids the server knows. Expected values
-come from :class:`~debezium_bridge.testing.simulator.DemoExpectation` (derived from the simulation inputs)
-and from converting the json-schema encoding of the same demo, never from hard-coded output.
+come from :class:`~debezium_bridge.testing.simulator.DemoExpectation` (derived from the simulation
+inputs) and from converting the json-schema encoding of the same demo, never from hard-coded
+output.
 
 The two encodings partition differently (Kafka's partitioner hashes the key *bytes*, which differ
 between Avro and JSON), so the demo picks a different new id for its primary-key change and the

@@ -1,5 +1,8 @@
 """CES Avro (``@encoding = Binary``): envelope ``ChangeEvent`` with ``data`` = Avro binary of
-``Data`` (``../shared/reference/ces.md`` §1.5, A5; schemas from MS Learn in ``avro/``).
+``Data`` (the CES message format on MS Learn,
+https://learn.microsoft.com/en-us/sql/relational-databases/track-changes/change-event-streaming/message-format,
+as summarized in the reference ``ces.md`` §1.5, A5; schemas from MS Learn in ``avro/``, checked
+against the transcriptions in ``tests/data/ces/schemas``).
 
 Events are read back with fastavro and the published ``.avsc`` files (not the package's copy),
 and must say what the JSON encoding of the same records says.
@@ -20,7 +23,7 @@ from debezium_bridge.formats.ces import avro as ces_avro
 from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.testing.simulator import _DEMO_ROWS, CUSTOMERS, CdcSimulator, Insert, demo
-from tests.paths import ROOT, SHARED_DATA
+from tests.paths import DATA, ROOT
 from tests.unit.ces_support import PROPAGATE, as_records, ces_values, events, run
 
 AVRO = ROOT / "avro"
@@ -44,9 +47,8 @@ def read(schema: Any, raw: bytes) -> Any:
 def test_schemas_are_the_published_ones(name: str) -> None:
     ours = json.loads((AVRO / name).read_text())
     assert ours == NAMES[name]
-    shared = SHARED_DATA / "ces" / "schemas" / name
-    if shared.exists():
-        assert json.loads(shared.read_text()) == ours
+    # the schema as transcribed from MS Learn (tests/data/ces/PROVENANCE.md)
+    assert json.loads((DATA / "ces" / "schemas" / name).read_text()) == ours
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,10 @@
 """CES encoder: canonical records → CES CloudEvents (``debezium_bridge.formats.ces.encode``).
 
-Expected values come from ``../shared/reference/ces.md`` (§1.5 field spec, §6 resolutions, §7
-mapping) and from the simulation inputs of the demo traffic (``samples.demo`` expectation, the
-demo rows and the ``CUSTOMERS`` column declarations), never from the encoder's own output.
+Expected values come from the CES message format on MS Learn
+(https://learn.microsoft.com/en-us/sql/relational-databases/track-changes/change-event-streaming/message-format),
+the reference ``ces.md`` built on it (§1.5 field spec, §6 resolutions, §7 mapping) and from the
+simulation inputs of the demo traffic (``samples.demo`` expectation, the demo rows and the
+``CUSTOMERS`` column declarations), never from the encoder's own output.
 Every event produced here is validated against the JSON Schemas (``ces.schema``).
 """
 

@@ -1,9 +1,10 @@
 """SQL type names and value strings of CES (``debezium_bridge.formats.ces.render`` / ``.columns``).
 
-Expected values: the documented examples of ``../shared/reference/ces.md`` §1.5/§1.7 (MF-25 and
-MF-26 samples), the mapping table of §7, and for undocumented types the defaults the reference
-recommends in §1.7 / §6 (asserted as *our documented defaults*, not as CES truth, and each
-switchable).
+Expected values: the documented examples of the CES message format on MS Learn
+(https://learn.microsoft.com/en-us/sql/relational-databases/track-changes/change-event-streaming/message-format:
+the MF-25 and MF-26 samples, as collected in the reference ``ces.md`` §1.5/§1.7), the mapping
+table of §7, and for undocumented types the defaults the reference recommends in §1.7 / §6
+(asserted as *our documented defaults*, not as CES truth, and each switchable).
 """
 
 from __future__ import annotations

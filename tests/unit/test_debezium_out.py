@@ -1,9 +1,11 @@
 """Debezium envelopes from canonical records (``encode.debezium.DebeziumWriter``, SPEC §5.3).
 
-Expected shapes come from ``../shared/reference/debezium-sqlserver.md`` (envelope §1.1, source
-§1.2, key changes §2.3: "delete, tombstone, insert" with ``event_serial_no`` 1/2, schema names
-``<topic>.Envelope/Value/Key``), and every output is read back with the core's own Debezium
-decoder, which must give the canonical records the writer was given.
+Expected shapes come from the Debezium SQL Server connector documentation
+(https://debezium.io/documentation/reference/stable/connectors/sqlserver.html) as summarized in
+the reference ``debezium-sqlserver.md`` (envelope §1.1, source §1.2, key changes §2.3: "delete,
+tombstone, insert" with ``event_serial_no`` 1/2, schema names ``<topic>.Envelope/Value/Key``),
+and every output is read back with the core's own Debezium decoder, which must give the
+canonical records the writer was given.
 """
 
 from __future__ import annotations

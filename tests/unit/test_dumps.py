@@ -24,9 +24,9 @@ from debezium_bridge.formats.dumps import (
     write_lossless,
 )
 from debezium_bridge.model.records import RawRecord
-from tests.paths import SHARED_DATA
+from tests.paths import DATA
 
-RISINGWAVE = SHARED_DATA / "risingwave-debezium"
+RISINGWAVE = DATA / "risingwave-debezium"
 
 # A real `kcat -C -J` line, quoted in edenhill/kcat PR #281 ("Before"): headers are a flat array
 # of alternating names and values, a null header value is JSON null, names may repeat.

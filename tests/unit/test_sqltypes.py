@@ -1,8 +1,8 @@
 """SQL Server → Connect schemas and values, checked against real captures and documented facts.
 
 Facts used (never this code's own output):
-* the real Debezium 1.6 SQL Server delete event in ``shared/data/debezium-server-redis-sqlserver``;
-* Materialize's testdrive expectations (``shared/data/materialize-sqlserver-testdrive``);
+* the real Debezium 1.6 SQL Server delete event in ``tests/data/debezium-server-redis-sqlserver``;
+* Materialize's testdrive expectations (``tests/data/materialize-sqlserver-testdrive``);
 * the reference ``debezium-sqlserver.md`` §1 and §5 and the Debezium sources it cites;
 * a real Debezium 3.1.3 JsonConverter capture (Postgres connector, public tutorial log) for the
   2.6+/3.1+ version numbers of the envelope, ``event.block`` and ``Source`` structs;
@@ -46,12 +46,10 @@ from debezium_bridge.formats.debezium.sqltypes import (
     sql_value_encoder,
 )
 from debezium_bridge.model.schema import table_from_connect
-from tests.paths import SHARED_DATA
+from tests.paths import DATA
 
-REDIS = SHARED_DATA / "debezium-server-redis-sqlserver"
+REDIS = DATA / "debezium-server-redis-sqlserver"
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-needs_shared = pytest.mark.skipif(not REDIS.exists(), reason="shared sample data not present")
 
 
 def col(sql_type: str, modes: ConnectorModes | None = None, **kw: Any) -> Any:
@@ -346,7 +344,6 @@ def test_struct_schema_key_order_is_jsonconverters() -> None:
 # --------------------------------------------------------------------------- envelopes
 
 
-@needs_shared
 def test_1x_envelope_is_byte_identical_to_the_real_redis_capture() -> None:
     encoder = DebeziumEncoder(EMP, "redislabs", version="1.6.0.Final")
     key, value = encoder.encode(EMP_DELETE)
@@ -357,7 +354,6 @@ def test_1x_envelope_is_byte_identical_to_the_real_redis_capture() -> None:
     assert key == compact(load(REDIS / "delete_event_key.decoded.json"))
 
 
-@needs_shared
 def test_3x_source_schema_against_the_1x_capture_and_reference() -> None:
     real = load(REDIS / "delete_event_value.decoded.json")["schema"]
     real_source = next(f for f in real["fields"] if f["field"] == "source")
