@@ -306,3 +306,52 @@ def _is_dict(annotation: Any) -> bool:
     if annotation is dict or get_origin(annotation) is dict:
         return True
     return any(_is_dict(arg) for arg in get_args(annotation))
+
+
+def reference(model: type[RunnerSettings], title: str, command: str) -> str:
+    """A Markdown reference of every setting of a runner: file key, flag, environment variable,
+    default and meaning (``docs/configuration.md`` is generated from it)."""
+    prefix = model.model_config.get("env_prefix", "")
+    lines = [f"## {title}", "", f"`{command}` — environment variables `{prefix}<KEY>` (nested "
+             "keys joined with `__`).", ""]
+    if model.client_settings_field:
+        lines += [f"`-X key=value` (repeatable) adds a client setting to "
+                  f"`{model.client_settings_field}`.", ""]
+    lines += _reference_table(model, [], prefix, model.client_settings_field)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _reference_table(model: type[BaseModel], path: list[str], prefix: str,
+                     client_field: str | None) -> list[str]:
+    rows = ["| key | flag / environment | default | meaning |", "|---|---|---|---|"]
+    groups: list[tuple[str, type[BaseModel]]] = []
+    for name, info in model.model_fields.items():
+        group = _model_of(info.annotation)
+        if group is not None:
+            groups.append((name, group))
+            if not _is_list(info.annotation):
+                continue
+        key = ".".join([*path, name])
+        env = prefix + "__".join([*path, name]).upper()
+        if any("Positional" in type(m).__name__ for m in info.metadata):
+            flag = "(positional)"
+        elif key == client_field:
+            flag = "-X key=value"
+        elif _is_dict(info.annotation) or group is not None:
+            flag = "(file only)" if group is not None else "(file, or JSON in the variable)"
+        else:
+            flag = "--" + key.replace("_", "-")
+        default = info.get_default(call_default_factory=True)
+        shown = "" if default in (None, "", [], {}, ()) else f"`{default}`"
+        doc = " ".join((info.description or "").split()).replace("|", "\\|")
+        rows.append(f"| `{key}` | `{flag}`<br>`{env}` | {shown} | {doc} |")
+    out = [*rows, ""]
+    for name, group in groups:
+        doc = " ".join((model.model_fields[name].description or "").split())
+        if _is_list(model.model_fields[name].annotation):
+            out += [f"### each item of `{'.'.join([*path, name])}`", "", doc, ""]
+            out += _reference_table(group, [f"{name}[]"], "", None)
+            continue
+        out += [f"### `{'.'.join([*path, name])}`", "", doc, ""]
+        out += _reference_table(group, [*path, name], prefix, client_field)
+    return out

@@ -12,7 +12,7 @@ from debezium_bridge.model.change import ChangeRecord
 
 
 class View(StrEnum):
-    """The three views of the canonical feed (SPEC §5.1)."""
+    """The three views of the canonical feed (docs/canonical.md)."""
 
     CANONICAL = "canonical"
     EXPLODED = "exploded"

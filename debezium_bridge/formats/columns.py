@@ -10,7 +10,7 @@ Where the type comes from, best first:
 1. ``cols[].type`` of CES input, verbatim (exact).
 2. Debezium's ``__debezium.source.column.type`` / ``.length`` / ``.scale`` Connect parameters
    (``column.propagate.source.type``), e.g. ``NVARCHAR`` + 50 → ``nvarchar(50)`` (exact).
-3. The Connect type and semantic name (reference ``ces.md`` §7), e.g. ``int32`` → ``int``,
+3. The Connect type and semantic name (docs/ces.md), e.g. ``int32`` → ``int``,
    ``float64`` (JsonConverter ``"double"``) → ``float``, ``float32`` (``"float"``) → ``real``,
    ``io.debezium.time.NanoTimestamp`` → ``datetime2(7)``, ``string`` → ``nvarchar(max)``,
    ``Decimal`` with scale 2 and ``connect.decimal.precision`` 10 → ``decimal(10,2)``. Lossy:
@@ -120,7 +120,7 @@ def _int_param(value: str | None) -> int | None:
 
 
 def columns_of(schema: TableSchema) -> Columns:
-    """The ``cols`` of a Connect row schema: every field in schema order (A12: index = ordinal)."""
+    """The ``cols`` of a Connect row schema: every field in schema order (``index`` = the ordinal)."""
     out = []
     for index, column in enumerate(schema.columns):
         sql_type, exact = column_type(column)

@@ -141,14 +141,14 @@ class ChangeEvent(msgspec.Struct, gc=False):
 
     @property
     def identity(self) -> tuple[Any, ...]:
-        """What makes a replayed event a duplicate of this one (SPEC §4)."""
+        """What makes a replayed event a duplicate of this one (docs/concepts.md, duplicates)."""
         if self.op == "r" and self.snapshot != "incremental":
             return (self.table, self.key_id, self.sort_key[0], "r")
         return (self.table, self.sort_key, self.op, self.key_id)
 
 
 class ChangeRecord(msgspec.Struct, frozen=True, gc=False):
-    """The canonical change record (format_version 1, SPEC §5.1)."""
+    """The canonical change record (format_version 1, docs/canonical.md)."""
 
     op: CanonicalOp
     table: TableRef

@@ -26,7 +26,7 @@ UNSUPPORTED_TYPES = frozenset({
     "xml", "text", "ntext", "image", "rowversion", "timestamp", "sql_variant", "geography",
     "geometry", "json", "vector", "hierarchyid",
 })
-"""Column types CES does not stream (CFG "column-level limitations"; UDTs too)."""
+"""Column types CES does not stream (documented column-level limitations; UDTs too)."""
 KNOWN_TYPES = (INTEGER_TYPES | DECIMAL_TYPES | MONEY_TYPES | FLOAT_TYPES | TEXT_TYPES
                | BINARY_TYPES | FRACTION_TYPES | UNSUPPORTED_TYPES
                | {"bit", "uniqueidentifier", "date", "datetime", "smalldatetime"})

@@ -3,7 +3,7 @@
 With the table's Debezium (Connect) schema, ``key``/``before``/``after`` become structs with
 Spark types for the columns whose canonical JSON value maps losslessly (integers, floats,
 booleans, strings); decimals, temporal values and binary stay strings, exactly as in the
-canonical JSON (SPEC §5.1), because Spark's decimal and timestamp types would round them.
+canonical JSON (docs/canonical.md), because Spark's decimal and timestamp types would round them.
 Without a schema they are ``map<string,string>``.
 """
 

@@ -1,7 +1,7 @@
 """JSON Schemas (draft 2020-12) of the CES events this package writes, and a validator.
 
 :data:`ENVELOPE_SCHEMA` describes one Kafka value of the JSON encoding (an event or a segment):
-the 11 attributes of MF-26 (``../shared/reference/ces.md`` §1.5), nothing else, with their
+the 11 attributes of the current revision (docs/ces.md), nothing else, with their
 CloudEvents types and value rules. :data:`DATA_SCHEMA` describes the parsed ``data`` of a whole
 event (after segments are joined) and :data:`ROW_SCHEMA` the parsed ``old``/``current`` texts.
 These describe the *current* revision as written by the encoder; the decoder is more lenient
@@ -60,7 +60,7 @@ ENVELOPE_SCHEMA: dict[str, Any] = {
 DATA_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "urn:debezium-bridge:ces:data",
-    "title": "CES data (record Data, MF-26 revision), parsed",
+    "title": "CES data (record Data, 2026-08 revision), parsed",
     "type": "object",
     "required": ["eventsource", "eventrow"],
     "additionalProperties": False,

@@ -2,9 +2,9 @@
 
 * :class:`CesEncoder`: canonical change records → CES events (JSON or Avro), segmented.
 * :class:`CesAssembler` + :class:`CesDecoder`: CES events → the core's change events (and so
-  canonical records); :class:`debezium_bridge.formats.debezium.decode.Decoder` detects CES values by itself.
+  canonical records); the Debezium decoder hands CES values to a :class:`CesDecoder`.
 * :class:`ColumnCatalog`: SQL column types per table version, fed by the decoder's schemas.
-* :class:`CesOptions`: every documented switch (``../shared/reference/ces.md`` §6).
+* :class:`CesOptions`: every switch, see docs/ces.md.
 * :mod:`debezium_bridge.testing.ces_schema`: JSON Schemas of the format and a validator.
 """
 

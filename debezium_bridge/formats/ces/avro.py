@@ -6,7 +6,7 @@ that they are identical. An event is the Avro binary of ``ChangeEvent`` whose ``
 binary of ``Data`` (or a fragment of it, when the event is split into segments). There is no
 schema id or registry framing: CES writes plain Avro binary.
 
-``Data`` exists in two revisions: MF-26 (2026-08) has ``transaction.finalevent``, MF-25 (2025)
+``Data`` exists in two revisions: the 2026-08 one has ``transaction.finalevent``, the 2025 one
 has not. Readers tell them apart by decoding with both (see :func:`decode_data`).
 """
 

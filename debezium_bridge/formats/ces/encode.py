@@ -1,6 +1,6 @@
 """Canonical change records → SQL Server 2025 CES CloudEvents (``com.microsoft.SQL.CES.DML.V1``).
 
-Field by field (``../shared/reference/ces.md`` §1.5 and §7; options in
+Field by field (docs/ces.md; options in
 :class:`~debezium_bridge.formats.ces.options.CesOptions`):
 
 * The 11 attributes in the documented order: ``specversion`` ``"1.0"``, ``type``, ``source``
@@ -12,14 +12,14 @@ Field by field (``../shared/reference/ces.md`` §1.5 and §7; options in
   (CES forbids TRUNCATE on streamed tables) and counted.
 * ``time`` and ``transaction.committime``: the record's ``commit_ts`` (Debezium's
   ``source.ts_ms``, true UTC with 3 fraction digits; CES itself writes local time with ``Z`` on
-  non-UTC servers, MF-26).
+  non-UTC servers).
 * ``transaction.commitlsn``: the commit LSN in upper case. ``beginlsn``: the record's own
   (CES input) or derived per ``begin_lsn`` (Debezium knows no begin LSN). ``sequencenumber``:
   ``tx.total_order`` when Debezium's transaction block is present (exact), else **derived**: the
   1-based ordinal of the event among the consecutive records with the same commit LSN that this
   encoder saw (exact when whole transactions pass through one encoder in position order, as the
   translator releases them; a merged key change counts once, or twice as DEL + INS).
-  ``finalevent``: ``false`` ("always false", MF-26).
+  ``finalevent``: ``false`` ("always false" in the documentation).
 * ``logicalid``: ``<guid>:<commit LSN, 20 upper-case hex digits>:<sequencenumber, 20 digits>``.
 * ``cols``: the table's columns with SQL types (:mod:`debezium_bridge.formats.columns`); ``pkkey``:
   the key columns (record key order) with their values as strings; ``old``/``current``: compact
@@ -84,7 +84,7 @@ def uuid5_text(name: str, namespace: bytes = _ID_NS) -> str:
 
 
 def default_logical_id_guid(source_name: str | None, db: str) -> str:
-    """A10 default: ``uuid5(NAMESPACE_URL, "mssql://<source.name>/<db>")``, stable per database."""
+    """The default logicalid GUID: ``uuid5(NAMESPACE_URL, "mssql://<source.name>/<db>")``, stable per database."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"mssql://{source_name or ''}/{db}"))
 
 

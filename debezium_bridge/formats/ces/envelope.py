@@ -60,7 +60,7 @@ def segment_info(doc: Mapping[str, Any]) -> tuple[int, bool, int | None]:
                 or not isinstance(final, bool):
             raise EnvelopeError("CES segmentindex/finalsegment missing or not int/boolean")
         return index, final, None
-    if "splitindex" in doc or "splittotalcnt" in doc:  # MF-25 (A1)
+    if "splitindex" in doc or "splittotalcnt" in doc:  # the 2025 revision
         index = doc.get("splitindex", 0)
         total = doc.get("splittotalcnt", 0)
         if not isinstance(index, int) or not isinstance(total, int) or index < 0 or total < 0:

@@ -1,7 +1,7 @@
 """SQL Server type names and the canonical strings CES writes for column values.
 
 CES writes every column value as a string "like SQL Server's canonical string conversion"
-(``../shared/reference/ces.md`` §1.7). Documented: integers (``"105"``), (n)varchar text,
+(see docs/ces.md). Documented: integers (``"105"``), (n)varchar text,
 ``datetime`` ``"2025-03-14 16:45:01.000"`` and ``datetime2(7)`` ``"2026-08-07 16:25:00.8833333"``
 (CONVERT style 121: space separator, exactly *p* fraction digits). Everything else is a
 documented best guess, switchable through :class:`~debezium_bridge.formats.ces.options.CesOptions`:
@@ -22,7 +22,7 @@ datetimeoffset(p)      ``yyyy-MM-dd HH:mm:ss.fffffff +hh:mm``          ``datetim
 NULL                   JSON ``null``                                   ``nulls``
 =====================  ==============================================  =========================
 
-:func:`renderer` turns a canonical logical value (SPEC §5.1) into that string;
+:func:`renderer` turns a canonical logical value (docs/canonical.md) into that string;
 :func:`parser` turns the string back into the canonical value, using the column's SQL type.
 """
 
@@ -458,7 +458,7 @@ def _text(text: str) -> str:
 
 
 def parser(sql_type: SqlType) -> Parse:
-    """CES string → canonical logical value for a column of ``sql_type`` (SPEC §5.1 forms:
+    """CES string → canonical logical value for a column of ``sql_type`` (docs/canonical.md forms:
     int, exact decimal string with its scale, float, bool, ISO date/time texts, base64 binary).
     Unknown and unsupported types stay text."""
     base = sql_type.base

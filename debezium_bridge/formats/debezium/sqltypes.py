@@ -11,7 +11,7 @@ schemas written here spell them as Kafka does (``"double"``, see
 :func:`debezium_bridge.model.schema.json_type_name`), and the Avro schemas map them as
 ``AvroData`` does.
 
-Canonical input values are the SPEC §5.1 logical values (see
+Canonical input values are the canonical logical values (docs/canonical.md) (see
 :mod:`debezium_bridge.formats.debezium.logical` for the reverse direction): integers, decimals as
 exact strings (``"42.00"``), floats, booleans, ``YYYY-MM-DD``, ``HH:MM:SS[.f…]``,
 ``YYYY-MM-DDTHH:MM:SS[.f…]`` (no zone, taken as UTC), datetimeoffset as ISO-8601 with offset,

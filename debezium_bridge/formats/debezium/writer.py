@@ -1,4 +1,4 @@
-"""Canonical change records → the SQL Server connector's Kafka records (SPEC §5.3).
+"""Canonical change records → the SQL Server connector's Kafka records (docs/canonical.md, Debezium envelopes).
 
 Column SQL types come from a :class:`~debezium_bridge.formats.columns.ColumnCatalog`; the
 envelopes themselves are built by :class:`~debezium_bridge.formats.debezium.encode.DebeziumEncoder`.
@@ -105,7 +105,7 @@ def _sql_column(name: str, type_text: str) -> SqlColumn:
 
 class DebeziumWriter:
     """Canonical :class:`~debezium_bridge.model.change.ChangeRecord` s → the SQL Server connector's
-    Kafka records (SPEC §5.3), over :class:`DebeziumEncoder`.
+    Kafka records, over :class:`DebeziumEncoder`.
 
     * Column SQL types come from a :class:`~debezium_bridge.formats.columns.ColumnCatalog` (the
       input's schemas or CES ``cols``; guessed from values when there is none).

@@ -1,0 +1,35 @@
+"""The generated parts of the documentation (``scripts/docs`` writes them; a test checks them)."""
+
+from __future__ import annotations
+
+from debezium_bridge.cli.convert import ConvertConfig
+from debezium_bridge.cli.tools import BrokerConfig, ProduceConfig, SamplesConfig
+from debezium_bridge.config import reference
+from debezium_bridge.spark.job import JobConfig
+
+HEADER = """# Configuration reference
+
+Generated from the settings models by `scripts/docs`; do not edit by hand.
+
+Every runner takes its settings from, lowest to highest precedence: the defaults below, a
+config file (`--config FILE`: YAML, JSON or Java `.properties`; keys as in the first column,
+nested groups as mappings — or dotted keys in `.properties`), environment variables and
+command-line flags. Unknown keys are rejected. Client settings for Kafka and the schema
+registry keep their own (librdkafka / Confluent) names and are given with `-X key=value`;
+secrets among them, and credentials inside URLs, are masked wherever settings are shown.
+"""
+
+RUNNERS = (
+    (ConvertConfig, "convert: topic dumps", "debezium-bridge convert [INPUT ...]"),
+    (JobConfig, "spark: the Spark streaming job",
+     "debezium-bridge spark --config job.yaml (or spark-submit …/debezium_bridge/spark/job.py)"),
+    (SamplesConfig, "samples: sample traffic", "debezium-bridge samples"),
+    (BrokerConfig, "broker: the embedded Kafka broker", "debezium-bridge broker"),
+    (ProduceConfig, "produce: a dump file into Kafka", "debezium-bridge produce INPUT ..."),
+)
+
+
+def configuration_reference() -> str:
+    """``docs/configuration.md``."""
+    return "\n".join([HEADER, *(reference(model, title, command)
+                                for model, title, command in RUNNERS)])
