@@ -1,6 +1,7 @@
 """The ``debezium-bridge`` command: one entry point for every runner and tool.
 
-Commands: ``convert`` (topic dumps), ``spark`` (the Spark streaming job), ``samples`` (sample
+Commands: ``convert`` (topic dumps), ``spark`` (the Spark streaming job), ``sidecar`` (the
+Kafka sidecar), ``samples`` (sample
 Debezium traffic), ``broker`` (the embedded Kafka broker), ``produce`` (a dump file into Kafka).
 
 Exit codes: 0 ok; 1 input was rejected and ``--fail-on-error`` was given; 2 usage or
@@ -39,6 +40,7 @@ debezium-bridge {__version__}: exact translation of Debezium SQL Server change e
 commands:
   convert   translate topic dumps (kcat -J, console consumer, lossless JSON lines, CES)
   spark     run the Spark Structured Streaming job (needs the [spark] extra)
+  sidecar   run the Kafka sidecar: consume, translate, produce, exactly once
   samples   write sample Debezium SQL Server traffic as a lossless dump
   broker    run the embedded Kafka broker for local development (needs the [embedded] extra)
   produce   load a dump file into Kafka topics
@@ -67,6 +69,12 @@ def _spark(argv: Sequence[str]) -> int:
     return spark_main(argv)
 
 
+def _sidecar(argv: Sequence[str]) -> int:
+    from debezium_bridge.sidecar import main as sidecar_main
+
+    return sidecar_main(argv)
+
+
 def _tool(name: str) -> Callable[[Sequence[str]], int]:
     def run(argv: Sequence[str]) -> int:
         from debezium_bridge.cli import tools
@@ -78,7 +86,7 @@ def _tool(name: str) -> Callable[[Sequence[str]], int]:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "convert": _convert, "spark": _spark, "samples": _tool("samples"),
+    "convert": _convert, "spark": _spark, "sidecar": _sidecar, "samples": _tool("samples"),
     "broker": _tool("broker"), "produce": _tool("produce"),
 }
 
