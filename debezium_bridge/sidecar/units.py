@@ -34,7 +34,9 @@ from debezium_bridge.sidecar.recovery import WrittenIndex
 
 UnitKind = Literal["data", "transaction", "heartbeat"]
 _COUNTERS = tuple(f.name for f in fields(Counters))
-_IMMEDIATE = ("duplicates", "tombstones", "side_records", "dead_letters", "skipped", "late")
+_IMMEDIATE = ("duplicates", "tombstones", "side_records", "dead_letters", "skipped")
+"""Fates decided on arrival, the same whenever a record is read again (a record that is late
+now was waiting when the checkpoint was written: it counts as waiting there)."""
 _MAX_HELD_ENDS = 50_000
 _any = msgspec.json.Decoder()
 
@@ -103,10 +105,16 @@ class Unit:
         self.reread_until: dict[int, int] = {}
         self.recovering_until: dict[int, int] = {}
         self.index: WrittenIndex | None = None
+        self.not_rewritten = 0
+        """Records of this topic found already written during recovery (not written again)."""
         self.last_seen: dict[int, float] = {}
         self.at_end: set[int] = set()
         self.idle: set[int] = set()
         self.held_ends: OrderedDict[bytes, int] = OrderedDict()
+        self.end_horizon: str | None = None
+        """Commit (20 hex digits) of the first transaction END offered in this life."""
+        self.released_commit = ""
+        """Highest commit (20 hex digits) of a change released in this life."""
         self.tables: set[str] = set()
         marks: dict[tuple[str, int], ResumeMark] = {}
         if state is not None:
@@ -198,13 +206,29 @@ class Unit:
             if per_table or total is None:
                 return  # the transaction did not touch this table (or cannot say)
             count = total  # too high for a transaction over several tables: only delays
+        if self.end_horizon is None:
+            self.end_horizon = commit.hex()
         self.held_ends[commit] = count
         while len(self.held_ends) > _MAX_HELD_ENDS:
             self.held_ends.popitem(last=False)
 
     def apply_ends(self) -> None:
+        """Give the translator the transaction ENDs whose events have started to arrive, in
+        commit order, stopping at the first transaction none of whose events is here yet: a
+        complete later transaction must not be released while an earlier one still has
+        events on their way in a partition that is behind (they would come too late to be
+        paired). Transactions before the first END this life has seen are unknown, so ENDs are
+        used only once something at or after that first END's commit was released another way
+        (the watermark: every partition has passed it, so nothing earlier is on its way)."""
+        if self.end_horizon is None or self.released_commit < self.end_horizon:
+            return
         end_transaction = self.translator.end_transaction
-        for commit in [c for c, n in self.held_ends.items() if end_transaction(c, n)]:
+        done = []
+        for commit, count in self.held_ends.items():
+            if not end_transaction(commit, count):
+                break
+            done.append(commit)
+        for commit in done:
             del self.held_ends[commit]
 
     def reached_end(self, partition: int, offset: int) -> None:
@@ -224,7 +248,12 @@ class Unit:
 
     # -- output -----------------------------------------------------------------------------
     def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:
-        return self.pipeline.drain()
+        changes, dead = self.pipeline.drain()
+        if changes:
+            top = max(change.seq[:20] for change in changes)
+            if top > self.released_commit:
+                self.released_commit = top
+        return changes, dead
 
     def already_written_dead_letter(self, letter: DeadLetter) -> bool:
         """A dead letter of a re-read record: written before the checkpoint it resumed from."""
