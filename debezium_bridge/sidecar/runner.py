@@ -686,6 +686,7 @@ class Sidecar:
     def _step(self) -> None:
         now = time.monotonic()
         self.health.beat = now
+        self.metrics.ready.set(1 if self.health.ready() else 0)
         self.coord.poll(0)
         self._check_service()
         if self.health.rebalancing or not self.units:
@@ -721,6 +722,7 @@ class Sidecar:
             unit = units.get(topic)
             if unit is not None:
                 unit.process(records, self._on_transaction_end)
+                self.metrics.count_translator(topic, unit.translator.counters)
                 self.dirty = True
         for m in ends:  # after the records that came before them
             unit = units.get(m.topic())

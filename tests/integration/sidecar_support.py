@@ -295,13 +295,17 @@ def table_schemas(tables: list[TableSpec], path: Path) -> Path:
 
 
 # -- reading the output --------------------------------------------------------------------
-def read_all(bootstrap: str, topics: list[str], timeout: float = 60.0) -> list[Any]:
-    """Every message of ``topics``, from the beginning to the end-of-partition event."""
+def read_all(bootstrap: str, topics: list[str], timeout: float = 60.0, *,
+             committed: bool = False) -> list[Any]:
+    """Every message of ``topics``, from the beginning to the end-of-partition event (with
+    ``committed``: as a ``read_committed`` consumer sees them)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.wait.max.ms": 10})
+                         "fetch.wait.max.ms": 10,
+                         "isolation.level": "read_committed" if committed
+                         else "read_uncommitted"})
     try:
         metadata = consumer.list_topics(timeout=timeout)
         assignment = [TopicPartition(t, p, 0) for t in topics if t in metadata.topics
