@@ -175,6 +175,14 @@ class Translator:
         self._watermark = None
         self._release_ready()
 
+    def mark_active(self, partition: TopicPartition) -> None:
+        """Count a partition marked idle in the watermark again before it delivers (a runner
+        that sees another partition of a topic wake up expects news from this one too: its
+        records may just not have been fetched yet)."""
+        if partition in self._idle:
+            self._idle.discard(partition)
+            self._watermark = None
+
     # -- input --------------------------------------------------------------------------------
     def process(self, record: KafkaRecord) -> None:
         """Translate one record; results become available through :meth:`drain`."""

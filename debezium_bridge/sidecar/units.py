@@ -157,6 +157,8 @@ class Unit:
         reread_until = self.reread_until
         counters = self.translator.counters
         now = time.monotonic()
+        if self.idle:
+            self._wake(records)
         for record in records:
             partition = record.partition
             offset = record.offset if record.offset is not None else 0
@@ -185,6 +187,18 @@ class Unit:
         for partition in {r.partition for r in records}:
             self.at_end.discard(partition)
             self.idle.discard(partition)
+
+    def _wake(self, records: list[RawRecord]) -> None:
+        """New records after an idle period: every idle partition of the topic counts in the
+        watermark again (its new records may not be fetched yet) until the idle timeout has
+        passed once more without records from it."""
+        if not any(r.partition in self.idle for r in records):
+            return
+        now = time.monotonic()
+        for partition in self.idle:
+            self.translator.mark_active((self.topic, partition))
+            self.last_seen[partition] = now  # the idle timeout starts again
+        self.idle.clear()
 
     def _transaction_end(self, record: RawRecord,
                          on_end: Callable[[bytes, int | None, dict[str, int]], None]) -> None:
