@@ -93,6 +93,20 @@ def test_output_topic_may_not_be_an_input_topic() -> None:
         sidecar._register({"server1.testDB.dbo.customers"})
 
 
+def test_shipped_configurations_are_valid() -> None:
+    import re
+
+    import yaml
+
+    from tests.paths import ROOT
+
+    SidecarConfig.build(yaml.safe_load((ROOT / "docker" / "sidecar.yaml").read_text()))
+    example = re.search(r"```yaml\n(.*?)```", (ROOT / "docs" / "sidecar.md").read_text(), re.S)
+    assert example is not None
+    config = SidecarConfig.build(yaml.safe_load(example[1]))
+    assert config.kafka["sasl.password"] == "secret" and "secret" not in repr(config)
+
+
 def test_json_log_lines() -> None:
     record = logging.LogRecord("debezium_bridge.sidecar", logging.WARNING, __file__, 1,
                                "lag %d", (3,), None)
