@@ -329,6 +329,10 @@ class Sidecar:
         for topic in topics:
             del self.units[topic]
             self.metrics.forget(topic)
+        if self.last_checkpoint is not None:  # never name a topic again once it is gone
+            self.last_checkpoint = msgspec.structs.replace(
+                self.last_checkpoint,
+                units=[u for u in self.last_checkpoint.units if u.topic in self.units])
         log.info("handed over: %s", ", ".join(sorted(topics)))
         self.metrics.units.set(len(self.units))
 
@@ -342,6 +346,8 @@ class Sidecar:
 
         c = self.config
         started = time.monotonic()
+        if not self.transactions:
+            self._flush()  # our own records in flight are in the output before it is read
         found = checkpoints.find(self.reader, c.checkpoint_topic_name, c.group_id,
                                  set(topics), self.timeout)
         starts: dict[tuple[str, int], int] = {}
