@@ -84,10 +84,12 @@ def test_sidecar_killed_at_random_points_writes_every_change_exactly_once(
         elif mode == "random":
             assert sidecar.wait_for("adopted", timeout=60), sidecar.text()[-3000:]
             time.sleep(rng.uniform(0.05, 3.0))
-        else:
-            assert sidecar.wait_for(f"test hook: {mode}", count=rng.randint(1, 4),
-                                    timeout=60), sidecar.text()[-3000:]
-            time.sleep(0.05)  # inside the hook's sleep
+        else:  # the n-th checkpoint of this life, or idle when the chunk took fewer
+            assert sidecar.wait_for("adopted", timeout=60), sidecar.text()[-3000:]
+            if sidecar.wait_for(f"test hook: {mode}", count=rng.randint(1, 4), timeout=20):
+                time.sleep(0.05)  # inside the hook's sleep
+            else:
+                mode = "idle"
         assert sidecar.process.poll() is None, sidecar.text()[-3000:]
         sidecar.kill()
         kills[mode] += 1
@@ -150,6 +152,7 @@ def test_sidecar_killed_at_random_points_writes_every_change_exactly_once(
     for side in (TRANSACTION_TOPIC, HEARTBEAT_TOPIC):
         assert counters[side]["records_in"] == counters[side]["side_records"] \
             == data.records[side] > 0
+    print(f"kills: {dict(kills)}")
     assert sum(kills.values()) == KILLS and kills["after-produce"] >= 3, kills
     # the recovery path was taken: records written after a checkpoint were not written again
     logs = " ".join(p.read_text() for p in tmp_path.glob("*.log"))
