@@ -619,6 +619,7 @@ class Sidecar:
             self._flush()
         self.hooks("after-produce")
         states = [unit.state() for _, unit in sorted(self.units.items())]
+        self._end_recoveries(states)  # before the frontier: a finished recovery lets it move
         cp = Checkpoint(self.config.group_id, self.instance, self.life, self._next_sequence(),
                         int(time.time() * 1000), states, self._frontier())
         offsets = [TopicPartition(s.topic, p.partition, p.resume)
@@ -646,6 +647,14 @@ class Sidecar:
                 except Exception as exc:  # informational: the checkpoint is what counts
                     log.warning("offset commit failed: %s", exc)
         self.dirty = False
+        self.metrics.checkpoint.observe(time.perf_counter() - started)
+        self.metrics.checkpoints.inc()
+        self.next_checkpoint = time.monotonic() + self.config.commit_interval_ms / 1000
+        self._observe(states)
+
+    def _end_recoveries(self, states: list[Any]) -> None:
+        """Units whose every partition resumes past what an earlier life wrote need the
+        written index no more; once none does, the frontier follows the output again."""
         done = True
         for state in states:
             unit = self.units[state.topic]
@@ -657,10 +666,6 @@ class Sidecar:
                     done = False
         if done and self.recovery_frontier is not None:
             self.recovery_frontier = None
-        self.metrics.checkpoint.observe(time.perf_counter() - started)
-        self.metrics.checkpoints.inc()
-        self.next_checkpoint = time.monotonic() + self.config.commit_interval_ms / 1000
-        self._observe(states)
 
     def _observe(self, states: list[Any]) -> None:
         from confluent_kafka import TopicPartition
