@@ -213,7 +213,10 @@ def test_sigterm_finishes_the_batch_and_exits_within_the_bound(
         kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path) -> None:
     data, config, outputs = _stream(tmp_path, kafka_bootstrap, kafka_embedded, "sigterm",
                                     20_000, shutdown_timeout_ms=10_000, idle_timeout_ms=1000,
-                                    counters_json=str(tmp_path / "counters.json"))
+                                    counters_json=str(tmp_path / "counters.json"),
+                                    kafka={"sasl.password": "s3cr3t-kafka"},
+                                    schema_registry="http://127.0.0.1:9",
+                                    registry={"basic.auth.user.info": "u:s3cr3t-registry"})
     first = Sidecar(config, tmp_path / "first.log")
     assert first.wait_for("adopted", timeout=60), first.text()[-2000:]
     time.sleep(0.5)  # mid-stream
@@ -223,6 +226,7 @@ def test_sigterm_finishes_the_batch_and_exits_within_the_bound(
     took = time.monotonic() - sent
     assert took < 10, took
     assert "SIGTERM: finishing the batch" in first.text() and "stopped" in first.text()
+    assert "sasl.password" in first.text() and "s3cr3t" not in first.text()  # masked
     assert json.loads((tmp_path / "counters.json").read_text())["topics"]
     second = Sidecar(config, tmp_path / "second.log")
     deadline = time.monotonic() + 120
