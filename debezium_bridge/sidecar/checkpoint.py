@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from debezium_bridge.errors import ServiceError
 from debezium_bridge.sidecar.reading import end_offsets, read_ranges
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,11 @@ def find(consumer: Any, topic: str, group: str, wanted: set[str], timeout: float
     found: dict[str, Checkpoint] = {}
     if not wanted:
         return found
-    low, _ = consumer.get_watermark_offsets(KafkaTopicPartition(topic, 0), timeout=timeout,
-                                            cached=False)
+    try:
+        low, _ = consumer.get_watermark_offsets(KafkaTopicPartition(topic, 0), timeout=timeout,
+                                                cached=False)
+    except Exception as exc:  # KafkaException: unreachable, or no such topic
+        raise ServiceError(f"Kafka: cannot read checkpoint topic {topic}: {exc}") from None
     stop = end_offsets(consumer, [(topic, 0)], timeout)[(topic, 0)]
     missing = set(wanted)
     chunk = 64

@@ -88,9 +88,8 @@ class SidecarConfig(RunnerSettings, DecodeSettings, TranslatorConfig,  # type: i
     create_topics: bool = True
     """Create missing output, DLQ, checkpoint and coordination topics."""
     output_partitions: int = Field(3, ge=1)
-    """Partitions of the output and DLQ topics the sidecar creates."""
-    replication_factor: int = -1
-    """Replication factor of the topics the sidecar creates (-1: the broker's default)."""
+    """Partitions of the output and DLQ topics the sidecar creates (with the broker's default
+    replication factor; create the topics beforehand for other settings)."""
     topic_refresh_interval_ms: int = Field(30_000, ge=100)
     """How often the topic list is read again (``subscribe_pattern``, new partitions)."""
     http_port: int | None = None

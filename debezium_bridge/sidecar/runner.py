@@ -202,6 +202,10 @@ class Sidecar:
             raise ServiceError(f"coordination topic {c.coordination_topic_name} does not exist "
                                "(create it, or set create_topics)")
         self.slot_count = len(slot_topic.partitions)
+        checkpoint_topic = metadata.topics.get(c.checkpoint_topic_name)
+        if checkpoint_topic is None or checkpoint_topic.error is not None:
+            raise ServiceError(f"checkpoint topic {c.checkpoint_topic_name} does not exist "
+                               "(create it with one partition, or set create_topics)")
         producer = {**PRODUCER_DEFAULTS, "acks": "all", **c.client("producer"),
                     "error_cb": self._on_error}
         if self.transactions:
