@@ -268,12 +268,16 @@ def test_broker_that_cannot_be_reached_stops_the_sidecar_with_exit_4(tmp_path: P
     assert "127.0.0.1" in sidecar.text()
 
 
-def test_kafka_transactions(kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("guarantee", ["transactions", "at-least-once"])
+def test_other_guarantees(kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path,
+                          guarantee: str) -> None:
     """With ``guarantee: transactions`` outputs, checkpoints and offsets commit together (the
     embedded broker runs the protocol but does not isolate aborted transactions, so kills
-    are tested only on brokers that do: test_kafka_transactions_across_kills)."""
-    data, config, outputs = _stream(tmp_path, kafka_bootstrap, kafka_embedded, "txn", 5_000,
-                                    guarantee="transactions", idle_timeout_ms=500,
+    are tested only on brokers that do: test_kafka_transactions_across_kills);
+    ``at-least-once`` skips the recovery scan."""
+    group = f"g-{guarantee}"
+    data, config, outputs = _stream(tmp_path, kafka_bootstrap, kafka_embedded, group, 5_000,
+                                    guarantee=guarantee, idle_timeout_ms=500,
                                     instance_id="txn-test")
     sidecar = Sidecar(config, tmp_path / "sidecar.log")
     deadline = time.monotonic() + 120
@@ -282,7 +286,7 @@ def test_kafka_transactions(kafka_bootstrap: str, kafka_embedded: bool, tmp_path
             sidecar.text()[-3000:]
         time.sleep(0.5)
     assert sidecar.terminate(30) == 0, sidecar.text()[-3000:]
-    _exactly_once(kafka_bootstrap, data, outputs, "txn")
+    _exactly_once(kafka_bootstrap, data, outputs, group)
 
 
 @pytest.mark.slow
