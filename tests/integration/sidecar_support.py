@@ -36,8 +36,7 @@ from debezium_bridge.testing.simulator import (
 )
 
 PREFIX = "server1"
-HEARTBEAT_TOPIC = f"__debezium-heartbeat.{PREFIX}"
-TRANSACTION_TOPIC = f"{PREFIX}.transaction"
+"""The connector's ``topic.prefix`` (tests that share the session's broker use their own)."""
 
 
 def table(name: str) -> TableSpec:
@@ -49,8 +48,8 @@ def table(name: str) -> TableSpec:
                  SqlColumn("status", "nvarchar(20)"), SqlColumn("paid", "bit")))
 
 
-def topic_of(spec: TableSpec) -> str:
-    return f"{PREFIX}.{spec.db}.{spec.schema}.{spec.table}"
+def topic_of(spec: TableSpec, prefix: str = PREFIX) -> str:
+    return f"{prefix}.{spec.db}.{spec.schema}.{spec.table}"
 
 
 _WORDS = ("alpha", "beta", "gamma", "delta", "zürich", "日本", "naïve", "omega")
@@ -79,6 +78,7 @@ Expected = tuple[str, str, int, int | None, str | None, str | None]
 @dataclass
 class Traffic:
     tables: list[TableSpec]
+    prefix: str = PREFIX
     chunks: list[list[RawRecord]] = field(default_factory=list)
     """Records in production order, cut at transaction boundaries."""
     expected: dict[Expected, tuple[dict[str, Any] | None, dict[str, Any] | None]] = \
@@ -92,9 +92,17 @@ class Traffic:
     events: int = 0
 
     @property
+    def transaction_topic(self) -> str:
+        return f"{self.prefix}.transaction"
+
+    @property
+    def heartbeat_topic(self) -> str:
+        return f"__debezium-heartbeat.{self.prefix}"
+
+    @property
     def topics(self) -> dict[str, int]:
-        return {**{topic_of(t): 3 for t in self.tables}, TRANSACTION_TOPIC: 1,
-                HEARTBEAT_TOPIC: 1}
+        return {**{topic_of(t, self.prefix): 3 for t in self.tables},
+                self.transaction_topic: 1, self.heartbeat_topic: 1}
 
     def changes(self, topic: str) -> int:
         return sum(1 for key in self.expected if key[0] == topic)
@@ -102,11 +110,12 @@ class Traffic:
 
 def traffic(tables: list[TableSpec], events: int, chunks: int, seed: int,
             replay_every: int = 6_000, corrupt_every: int = 15_000,
-            heartbeat_every: int = 1_500) -> Traffic:
+            heartbeat_every: int = 1_500, prefix: str = PREFIX) -> Traffic:
     """About ``events`` data events over ``tables`` (3 partitions each), in ``chunks``."""
     rng = random.Random(seed)
-    sim = CdcSimulator(tables, encoding="json", partitions=3, transaction_metadata=True)
-    out = Traffic(tables)
+    sim = CdcSimulator(tables, topic_prefix=prefix, encoding="json", partitions=3,
+                       transaction_metadata=True)
+    out = Traffic(tables, prefix)
     live: dict[str, _Rows] = {t.table: _Rows() for t in tables}
     next_id = dict.fromkeys(live, 1)
 
@@ -202,7 +211,7 @@ def traffic(tables: list[TableSpec], events: int, chunks: int, seed: int,
             since_heartbeat = 0
             ts = 1_700_000_000_000 + len(sim.produced)
             heartbeats.append((len(sim.produced), RawRecord(
-                HEARTBEAT_TOPIC, 0, None, ts, json.dumps({"serverName": PREFIX}).encode(),
+                out.heartbeat_topic, 0, None, ts, json.dumps({"serverName": prefix}).encode(),
                 json.dumps({"ts_ms": ts}).encode())))
         if done - mark >= cut_at or done >= events:
             sim.finish() if done >= events else None
@@ -221,7 +230,7 @@ def traffic(tables: list[TableSpec], events: int, chunks: int, seed: int,
             chunk = []
         else:
             chunk.append(beat)
-            out.records[HEARTBEAT_TOPIC] += 1
+            out.records[out.heartbeat_topic] += 1
     chunk.extend(_records(produced_all[position:], out))
     if chunk:
         out.chunks.append(chunk)
@@ -282,14 +291,14 @@ def _records(produced: list[Produced], out: Traffic) -> list[RawRecord]:
     return records
 
 
-def table_schemas(tables: list[TableSpec], path: Path) -> Path:
+def table_schemas(tables: list[TableSpec], path: Path, prefix: str = PREFIX) -> Path:
     """A table-schema file for the schema-less values: one schema-ful envelope schema per
     topic, as the JsonConverter writes it."""
-    sim = CdcSimulator(tables, encoding="json-schema", partitions=3)
+    sim = CdcSimulator(tables, topic_prefix=prefix, encoding="json-schema", partitions=3)
     docs = {}
     for spec in tables:
         (p,) = sim.commit([Insert(spec.table, _row(spec, 1, random.Random(0)))])
-        docs[topic_of(spec)] = json.loads(p.record.value or b"")["schema"]
+        docs[topic_of(spec, prefix)] = json.loads(p.record.value or b"")["schema"]
     path.write_text(json.dumps(docs))
     return path
 

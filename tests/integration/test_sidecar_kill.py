@@ -26,8 +26,6 @@ import pytest
 from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.testing.simulator import CUSTOMERS
 from tests.integration.sidecar_support import (
-    HEARTBEAT_TOPIC,
-    TRANSACTION_TOPIC,
     Sidecar,
     group_settings,
     headers_of,
@@ -44,6 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 100_000
 KILLS = 21
 DLQ = "sidecar-kill.dlq"
+PREFIX = "killtest"
 
 
 def _kill_point(rng: random.Random) -> tuple[str, str | None]:
@@ -64,13 +63,13 @@ def test_sidecar_killed_at_random_points_writes_every_change_exactly_once(
     seed = int(os.environ.get("SIDECAR_KILL_SEED", "20261122"))
     rng = random.Random(seed)
     tables = [CUSTOMERS, table("orders")]
-    data = traffic(tables, EVENTS, chunks=KILLS + 1, seed=seed)
+    data = traffic(tables, EVENTS, chunks=KILLS + 1, seed=seed, prefix=PREFIX)
     assert len(data.chunks) >= KILLS + 1
     create_topics(kafka_bootstrap, data.topics)
     config = write_config(
         tmp_path / "sidecar.json", bootstrap_servers=kafka_bootstrap, group_id="kill-test",
         subscribe=sorted(data.topics), dlq_topic=DLQ,
-        table_schemas=str(table_schemas(tables, tmp_path / "schemas.json")),
+        table_schemas=str(table_schemas(tables, tmp_path / "schemas.json", PREFIX)),
         idle_timeout_ms=1500, commit_interval_ms=1000, batch_size=1000,
         counters_json=str(tmp_path / "counters.json"), consumer=group_settings(kafka_embedded))
     delivered = []
@@ -97,7 +96,7 @@ def test_sidecar_killed_at_random_points_writes_every_change_exactly_once(
     for chunk in data.chunks[KILLS:]:
         delivered += produce(kafka_bootstrap, chunk, settings={"linger.ms": "20"})
     final = Sidecar(config, tmp_path / "final.log")
-    outputs = [f"{topic_of(t)}.canonical" for t in tables]
+    outputs = [f"{topic_of(t, PREFIX)}.canonical" for t in tables]
     deadline = time.monotonic() + 120
     while len(read_all(kafka_bootstrap, outputs)) < len(data.expected):
         assert time.monotonic() < deadline, final.text()[-3000:]
@@ -141,7 +140,7 @@ def test_sidecar_killed_at_random_points_writes_every_change_exactly_once(
     # counters, cumulative over every restart
     counters = json.loads((tmp_path / "counters.json").read_text())["topics"]
     for spec in tables:
-        topic = topic_of(spec)
+        topic = topic_of(spec, PREFIX)
         c = counters[topic]
         assert c["balanced"] and c["pending"] == 0, c
         assert c["records_in"] == data.records[topic], (c, data.records[topic])
@@ -150,7 +149,7 @@ def test_sidecar_killed_at_random_points_writes_every_change_exactly_once(
         assert c["dead_letters"] == sum(r.topic == topic for r in data.corrupt)
         assert c["merged"] == data.key_changes[topic]
         assert c["changes_out"] == data.changes(topic)
-    for side in (TRANSACTION_TOPIC, HEARTBEAT_TOPIC):
+    for side in (data.transaction_topic, data.heartbeat_topic):
         assert counters[side]["records_in"] == counters[side]["side_records"] \
             == data.records[side] > 0
     print(f"kills: {dict(kills)}")
