@@ -310,3 +310,39 @@ def test_kafka_transactions_across_kills(kafka_bootstrap: str, kafka_embedded: b
     assert final.terminate(30) == 0
     messages = read_all(kafka_bootstrap, outputs, committed=True)
     assert len(messages) == len(data.expected)
+
+
+def test_a_schema_registry_that_is_down_stops_the_sidecar_and_nothing_is_lost(
+        kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path) -> None:
+    """A registry that does not answer is not bad input: no dead letters, exit 4, and a
+    restart once it is back writes every change."""
+    registry = SchemaRegistryServer().start()
+    records, expectation = demo("avro", registrar=registry.register)
+    registry.stop()
+    topic = "regdown.testDB.dbo.customers"
+    create_topics(kafka_bootstrap, {topic: 3})
+    produce(kafka_bootstrap, _retopic(records, topic))
+    common = dict(bootstrap_servers=kafka_bootstrap, group_id="regdown", subscribe=[topic],
+                  dlq_topic="regdown.dlq", idle_timeout_ms=500,
+                  registry={"max.retries": "1", "retries.wait.ms": "50"},
+                  consumer=group_settings(kafka_embedded))
+    down = Sidecar(write_config(tmp_path / "down.json", schema_registry="http://127.0.0.1:9",
+                                **common), tmp_path / "down.log")
+    assert down.process.wait(60) == 4, down.text()[-3000:]
+    assert "schema registry unreachable" in down.text()
+    assert read_all(kafka_bootstrap, ["regdown.dlq"]) == []
+    registry.start()  # back (on another port), with the same schemas
+    try:
+        up = Sidecar(write_config(tmp_path / "up.json", schema_registry=registry.url,
+                                  **common), tmp_path / "up.log")
+        output = f"{topic}.canonical"
+        deadline = time.monotonic() + 60
+        while len(read_all(kafka_bootstrap, [output])) < len(expectation.changes):
+            assert time.monotonic() < deadline and up.process.poll() is None, \
+                up.text()[-3000:]
+            time.sleep(0.5)
+        assert up.terminate(30) == 0
+    finally:
+        registry.stop()
+    assert _changes(read_all(kafka_bootstrap, [output])) == _logical(expectation)
+    assert len(read_all(kafka_bootstrap, ["regdown.dlq"])) == 1  # the corrupt record, once
