@@ -743,6 +743,9 @@ class Sidecar:
             unit = units.get(m.topic())
             if unit is not None:
                 unit.reached_end(m.partition(), m.offset())
+        for unit in units.values():
+            if unit.reprobe:
+                self._reprobe(unit)
         idle = self.config.idle_timeout_ms / 1000
         out: list[OutputRecord] = []
         for unit in units.values():
@@ -760,6 +763,18 @@ class Sidecar:
         if now >= self.next_summary:
             self.next_summary = now + _SUMMARY_EVERY_S
             self._summary()
+
+    def _reprobe(self, unit: Unit) -> None:
+        """Seek partitions to their position: the consumer fetches them again and reports
+        their end afresh (or their new records)."""
+        from confluent_kafka import TopicPartition
+
+        for partition in sorted(unit.reprobe):
+            try:
+                self.data.seek(TopicPartition(unit.topic, partition, unit.position[partition]))
+            except Exception as exc:  # not fetching yet: the end will be reported anyway
+                log.debug("seek %s[%d]: %s", unit.topic, partition, exc)
+        unit.reprobe.clear()
 
     def _consume_error(self, message: Any, error: Any) -> bool:
         """Handle a consumer event; ``True`` for an end-of-partition event."""

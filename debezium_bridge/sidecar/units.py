@@ -109,7 +109,11 @@ class Unit:
         """Records of this topic found already written during recovery (not written again)."""
         self.last_seen: dict[int, float] = {}
         self.at_end: set[int] = set()
+        """Partitions whose end of partition was reported (and that delivered nothing since)."""
         self.idle: set[int] = set()
+        self.reprobe: set[int] = set()
+        """Partitions whose end must be confirmed afresh (the runner seeks them to their
+        position, which makes the consumer report the end again)."""
         self.held_ends: OrderedDict[bytes, int] = OrderedDict()
         self.end_horizon: str | None = None
         """Commit (20 hex digits) of the first transaction END offered in this life."""
@@ -157,7 +161,7 @@ class Unit:
         reread_until = self.reread_until
         counters = self.translator.counters
         now = time.monotonic()
-        if self.idle:
+        if self.at_end:
             self._wake(records)
         for record in records:
             partition = record.partition
@@ -189,16 +193,20 @@ class Unit:
             self.idle.discard(partition)
 
     def _wake(self, records: list[RawRecord]) -> None:
-        """New records after an idle period: every idle partition of the topic counts in the
-        watermark again (its new records may not be fetched yet) until the idle timeout has
-        passed once more without records from it."""
-        if not any(r.partition in self.idle for r in records):
+        """A partition that was at its end delivers again: new records were written to the
+        topic, and the other partitions' ends are old news (their new records may just not be
+        fetched yet). Each of them counts in the watermark again until its end is reported
+        afresh (then it is idle again at once if its last record is older than the idle
+        timeout: its end was confirmed after the new records of the others were written)."""
+        delivering = {r.partition for r in records}
+        if delivering.isdisjoint(self.at_end):
             return
-        now = time.monotonic()
-        for partition in self.idle:
-            self.translator.mark_active((self.topic, partition))
-            self.last_seen[partition] = now  # the idle timeout starts again
-        self.idle.clear()
+        for partition in self.at_end - delivering:
+            if partition in self.idle:
+                self.translator.mark_active((self.topic, partition))
+                self.idle.discard(partition)
+            self.reprobe.add(partition)
+        self.at_end -= self.reprobe
 
     def _transaction_end(self, record: RawRecord,
                          on_end: Callable[[bytes, int | None, dict[str, int]], None]) -> None:
@@ -246,8 +254,9 @@ class Unit:
             del self.held_ends[commit]
 
     def reached_end(self, partition: int, offset: int) -> None:
-        """The consumer reported the end of ``partition`` at ``offset``."""
-        if offset >= self.position.get(partition, 0):
+        """The consumer reported the end of ``partition`` at ``offset`` (ignored while a fresh
+        report is awaited)."""
+        if offset >= self.position.get(partition, 0) and partition not in self.reprobe:
             self.at_end.add(partition)
 
     def check_idle(self, timeout_s: float, now: float) -> None:

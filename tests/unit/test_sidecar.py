@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 
@@ -286,3 +287,23 @@ def test_metrics_and_health_endpoints() -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz")
     finally:
         server.shutdown()
+
+
+def test_a_partition_waking_up_makes_the_others_confirm_their_end_afresh() -> None:
+    records = _records()
+    unit = _unit()
+    first = [r for r in records if r.partition == 0][:5]
+    unit.process(first)
+    for p in range(3):
+        unit.reached_end(p, unit.position[p])
+    unit.last_seen.update({1: 0.0, 2: 0.0})  # 1 and 2 have been quiet for long
+    unit.check_idle(10, time.monotonic())
+    assert unit.idle == {1, 2}  # partition 0 delivered just now
+    unit.process([r for r in records if r.partition == 0][5:6])  # 0 delivers again
+    assert unit.reprobe == {1, 2} and not unit.idle and not unit.at_end
+    unit.reached_end(1, unit.position[1])  # a report from before the seek: not fresh
+    assert 1 not in unit.at_end
+    unit.reprobe.clear()  # the runner seeks them
+    unit.reached_end(1, unit.position[1])
+    unit.check_idle(10, time.monotonic())
+    assert unit.idle == {1}  # confirmed afresh, and quiet for long: idle at once
