@@ -14,6 +14,7 @@ skipped, or waiting) is counted separately and subtracted, so
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -31,6 +32,8 @@ from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.sidecar.checkpoint import Mark, PartitionState, UnitState
 from debezium_bridge.sidecar.recovery import WrittenIndex
+
+log = logging.getLogger(__name__)
 
 UnitKind = Literal["data", "transaction", "heartbeat"]
 _COUNTERS = tuple(f.name for f in fields(Counters))
@@ -161,6 +164,7 @@ class Unit:
         reread_until = self.reread_until
         counters = self.translator.counters
         now = time.monotonic()
+        late = counters.late
         if self.at_end:
             self._wake(records)
         for record in records:
@@ -191,6 +195,13 @@ class Unit:
         for partition in {r.partition for r in records}:
             self.at_end.discard(partition)
             self.idle.discard(partition)
+        if counters.late != late and log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: %d late event(s) in a batch of %s; idle %s, at end %s, released up "
+                      "to commit %s", self.topic, counters.late - late,
+                      {p: (min(r.offset or 0 for r in records if r.partition == p),
+                           max(r.offset or 0 for r in records if r.partition == p))
+                       for p in {r.partition for r in records}},
+                      sorted(self.idle), sorted(self.at_end), self.released_commit)
 
     def _wake(self, records: list[RawRecord]) -> None:
         """A partition that was at its end delivers again: new records were written to the
@@ -207,6 +218,8 @@ class Unit:
                 self.idle.discard(partition)
             self.reprobe.add(partition)
         self.at_end -= self.reprobe
+        log.debug("%s: %s delivering again; ends to confirm: %s", self.topic,
+                  sorted(delivering), sorted(self.reprobe))
 
     def _transaction_end(self, record: RawRecord,
                          on_end: Callable[[bytes, int | None, dict[str, int]], None]) -> None:
@@ -250,6 +263,9 @@ class Unit:
             if not end_transaction(commit, count):
                 break
             done.append(commit)
+        if done:
+            log.debug("%s: %d transaction END(s) applied, up to %s", self.topic, len(done),
+                      done[-1].hex())
         for commit in done:
             del self.held_ends[commit]
 
@@ -268,6 +284,7 @@ class Unit:
             if now - self.last_seen.get(partition, now) >= timeout_s:
                 self.idle.add(partition)
                 self.translator.mark_idle((self.topic, partition))
+                log.debug("%s[%d] idle at %d", self.topic, partition, self.position[partition])
 
     # -- output -----------------------------------------------------------------------------
     def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:
