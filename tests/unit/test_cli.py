@@ -222,7 +222,7 @@ def test_ctrl_c_stops_cleanly_with_the_counters(dump: Path) -> None:
     assert ready, "no output from the CLI"
     first = proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert json.loads(first)["op"] == "insert"
     text = err.decode()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from debezium_bridge.testing.docs import configuration_reference
+from debezium_bridge.cli.reference import configuration_reference
 from tests.paths import ROOT
 
 

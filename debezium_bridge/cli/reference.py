@@ -1,4 +1,5 @@
-"""The generated parts of the documentation (``scripts/docs`` writes them; a test checks them)."""
+"""The configuration reference (docs/configuration.md), generated from the runners' settings
+models by scripts/docs; a test checks it is current."""
 
 from __future__ import annotations
 
