@@ -2,8 +2,8 @@
 
 Rules (SPEC §4), in the order they apply to each input record:
 
-1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters, tombstones and side
-   records are counted and dropped.
+1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters,
+   tombstones and side records are counted and dropped.
 2. **Replay dedupe.** Per Kafka partition, Debezium emits events in position order, and a restart
    re-sends a suffix with the same ``source``. So an event whose position is below its partition's
    high-water mark is a replay, and at the mark itself the (op, key) pairs seen there decide.

@@ -13,6 +13,7 @@ Valid events are built by hand below, shaped like reference §1 (SQL Server ``so
 
 from __future__ import annotations
 
+import base64
 import copy
 import decimal
 import importlib
@@ -30,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from debezium_bridge.core.translator import Translator
-from debezium_bridge.formats.debezium.avro import AvroDecoder
+from debezium_bridge.formats.debezium.avro import AvroDecoder, strip_logical_types
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.model.dead_letter import DeadLetter
@@ -211,6 +212,59 @@ def valid_followup(partition: int = PARTITION) -> RawRecord:
                                                source=later)))
 
 
+# --- schemas that break the Connect rules (built like the connector's) ---------------------------
+
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
+def decimal_field(name: str = "amount", **parameters: str) -> dict[str, Any]:
+    """A Connect Decimal field as JsonConverter writes it; ``parameters`` as given (so a test
+    can leave ``scale`` out)."""
+    return {"type": "bytes", "optional": True, "name": DECIMAL, "version": 1,
+            "parameters": parameters, "field": name}
+
+
+def with_row_fields(*fields: dict[str, Any]) -> dict[str, Any]:
+    """The envelope schema with the row struct's fields replaced by ``id`` + ``fields``."""
+    schema = envelope_schema()
+    for side in schema["fields"][:2]:
+        side["fields"] = [ROW_FIELDS[0], *fields]
+    return schema
+
+
+def avro_with_amount(amount_type: dict[str, Any]) -> dict[str, Any]:
+    """The Avro envelope with another type for the ``amount`` column."""
+    schema = copy.deepcopy(AVRO_ENVELOPE)
+    schema["fields"][0]["type"][1]["fields"][1]["type"] = ["null", amount_type]
+    return schema
+
+
+AVRO_BAD_SCALE_ID, AVRO_NO_SCALE_ID = 3, 4
+AVRO_BAD_SCALE = avro_with_amount({
+    "type": "bytes", "scale": -10_000_000, "precision": 10, "logicalType": "decimal",
+    "connect.name": DECIMAL, "connect.parameters": {"scale": "-10000000",
+                                                     "connect.decimal.precision": "10"}})
+AVRO_HUGE_SCALE = avro_with_amount({
+    "type": "bytes", "scale": 10**9, "precision": 10, "logicalType": "decimal",
+    "connect.name": DECIMAL, "connect.parameters": {"connect.decimal.precision": "10"}})
+
+
+def avro_raw(schema_id: int, schema: dict[str, Any], amount: bytes) -> bytes:
+    """A Confluent Avro value written without logical types (the scale is never used)."""
+    datum = {"before": None, "after": {"id": 1, "amount": amount}, "source": source(),
+             "op": "c", "ts_ms": 1_700_000_000_999}
+    return confluent(schema_id, strip_logical_types(schema), datum)
+
+
+def avro_decimal_decoder() -> Decoder:
+    resolver = FileSchemaResolver({str(AVRO_ID): AVRO_ENVELOPE, str(AVRO_KEY_ID): AVRO_KEY,
+                                   str(AVRO_BAD_SCALE_ID): AVRO_BAD_SCALE,
+                                   str(AVRO_NO_SCALE_ID): AVRO_HUGE_SCALE})
+    return Decoder(avro=AvroDecoder(resolver))
+
+
+
 # --- the malformed records ---------------------------------------------------------------------
 
 
@@ -358,6 +412,86 @@ BAD: list[Bad] = [
     Bad("cloudevent-without-op", schemaless({"specversion": "1.0", "id": "x", "source": "/s",
                                              "type": "t", "data": {"after": {"id": 1}}}),
         "envelope", "EnvelopeError", r"iodebeziumop"),
+    # -- Decimal schemas outside what SQL Server can hold (precision 1-38, scale 0-precision)
+    Bad("decimal-scale-negative",
+        schemaful(envelope(), with_row_fields(decimal_field(scale="-5000"))), "schema",
+        "SchemaError", r"'amount'.*scale -5000"),
+    Bad("decimal-scale-huge",
+        schemaful(envelope(), with_row_fields(decimal_field(scale="100000"))), "schema",
+        "SchemaError", r"'amount'.*scale 100000"),
+    Bad("decimal-scale-39",
+        schemaful(envelope(), with_row_fields(decimal_field(scale="39"))), "schema",
+        "SchemaError", r"'amount'.*scale 39"),
+    Bad("decimal-scale-above-precision", schemaful(envelope(), with_row_fields(
+        decimal_field(scale="6", **{"connect.decimal.precision": "5"}))), "schema",
+        "SchemaError", r"'amount'.*scale 6.*precision 5"),
+    Bad("decimal-precision-39", schemaful(envelope(), with_row_fields(
+        decimal_field(scale="2", **{"connect.decimal.precision": "39"}))), "schema",
+        "SchemaError", r"'amount'.*precision 39"),
+    Bad("decimal-precision-0", schemaful(envelope(), with_row_fields(
+        decimal_field(scale="0", **{"connect.decimal.precision": "0"}))), "schema",
+        "SchemaError", r"'amount'.*precision 0"),
+    Bad("decimal-scale-not-a-number",
+        schemaful(envelope(), with_row_fields(decimal_field(scale="two"))), "schema",
+        "SchemaError", r"'amount'.*scale 'two'"),
+    Bad("decimal-without-scale", schemaful(envelope(), with_row_fields(
+        decimal_field(**{"connect.decimal.precision": "10"}))), "schema", "SchemaError",
+        r"'amount'.*Decimal.*without.*'scale'"),
+    Bad("decimal-without-parameters", schemaful(envelope(), with_row_fields(
+        {k: v for k, v in decimal_field().items() if k != "parameters"})), "schema",
+        "SchemaError", r"'amount'.*Decimal.*without.*'scale'"),
+    Bad("key-decimal-without-scale", GOOD, "decode-key", "KeyDecodeError",
+        r"key.*'id'.*Decimal.*without.*'scale'",
+        key=schemaless({"schema": {"type": "struct", "optional": False, "name": f"{TOPIC}.Key",
+                                   "fields": [decimal_field("id")]},
+                        "payload": {"id": "AQ=="}})),
+    Bad("avro-decimal-scale-negative", avro_raw(AVRO_BAD_SCALE_ID, AVRO_BAD_SCALE, b"\x00\xc8"),
+        "schema", "SchemaError", r"'amount'.*scale -10000000", decoder=avro_decimal_decoder),
+    Bad("avro-decimal-scale-huge", avro_raw(AVRO_NO_SCALE_ID, AVRO_HUGE_SCALE, b"\x00\xc8"),
+        "schema", "SchemaError", r"'amount'.*scale 1000000000", decoder=avro_decimal_decoder),
+    # -- VariableScaleDecimal values with a scale no SQL Server decimal has
+    Bad("variable-scale-decimal-scale-huge", schemaful(
+        envelope(after={"id": 1, "v": {"scale": 100_000, "value": "AQ=="}}),
+        with_row_fields({"type": "struct", "optional": True, "name": VARIABLE_DECIMAL,
+                         "version": 1, "field": "v", "fields": [
+                             {"type": "int32", "optional": False, "field": "scale"},
+                             {"type": "bytes", "optional": False, "field": "value"}]})),
+        "convert", "ValueConversionError", r"'v'.*scale 100000"),
+    Bad("variable-scale-decimal-scale-negative", schemaful(
+        envelope(after={"id": 1, "v": {"scale": -5000, "value": "AQ=="}}),
+        with_row_fields({"type": "struct", "optional": True, "name": VARIABLE_DECIMAL,
+                         "version": 1, "field": "v", "fields": [
+                             {"type": "int32", "optional": False, "field": "scale"},
+                             {"type": "bytes", "optional": False, "field": "value"}]})),
+        "convert", "ValueConversionError", r"'v'.*scale -5000"),
+    Bad("decimal-value-beyond-precision",
+        schemaful(envelope(after={"id": 1, "amount": "AQAAAAAAAAAAAAA="})),  # 2**80 > 10**10
+        "convert", "ValueConversionError", r"'amount'.*precision 10"),
+    Bad("decimal-value-thousands-of-digits",
+        schemaful(envelope(after={"id": 1, "amount": base64.b64encode(b"\x7f" * 4000).decode()})),
+        "convert", "ValueConversionError", r"'amount'.*precision 10"),
+    Bad("decimal-number-beyond-precision",
+        schemaful(envelope(after={"id": 1, "amount": 1e300})),  # decimal.format=NUMERIC
+        "convert", "ValueConversionError", r"'amount'.*precision 10"),
+    # -- a propagated source column scale (column.propagate.source.type) that no SQL type has
+    Bad("source-scale-of-datetime2-12", schemaful(
+        envelope(after={"id": 1, "updated": 10**18}), with_row_fields(
+            {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp",
+             "field": "updated", "parameters": {"__debezium.source.column.type": "DATETIME2",
+                                                "__debezium.source.column.scale": "12"}})),
+        "schema", "SchemaError", r"'updated'.*scale 12"),
+    Bad("source-scale-not-a-number", schemaful(
+        envelope(after={"id": 1, "updated": 10**18}), with_row_fields(
+            {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp",
+             "field": "updated", "parameters": {"__debezium.source.column.type": "DATETIME2",
+                                                "__debezium.source.column.scale": "seven"}})),
+        "schema", "SchemaError", r"'updated'.*scale 'seven'"),
+    Bad("source-scale-negative-double-decimal", schemaful(
+        envelope(after={"id": 1, "amount": 2.5}), with_row_fields(
+            {"type": "double", "optional": True, "field": "amount",
+             "parameters": {"__debezium.source.column.type": "DECIMAL",
+                            "__debezium.source.column.scale": "-2"}})),
+        "schema", "SchemaError", r"'amount'.*scale -2"),
 ]
 
 
@@ -575,3 +709,93 @@ def test_streams_of_mutated_events_stay_balanced(cases: list[tuple[bytes, bytes]
     assert counters.balanced, counters.summary()
     assert len(dead) == counters.dead_letters
     assert len(changes) == counters.changes_out
+
+
+# --- absurd decimal scales are rejected before anything is computed with them -------------------
+
+ABSURD_SCALE_SCRIPT = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import test_bad_input as t
+from debezium_bridge.core.translator import Translator
+from debezium_bridge.model.records import RawRecord
+
+variable = {"type": "struct", "optional": True, "name": t.VARIABLE_DECIMAL, "version": 1,
+            "field": "v", "fields": [{"type": "int32", "optional": False, "field": "scale"},
+                                     {"type": "bytes", "optional": False, "field": "value"}]}
+values = []
+for scale in (-10_000_000, 10**9):
+    values.append(t.schemaful(t.envelope(), t.with_row_fields(t.decimal_field(scale=str(scale)))))
+    values.append(t.schemaful(t.envelope(after={"id": 1, "v": {"scale": scale, "value": "AQ=="}}),
+                              t.with_row_fields(variable)))
+    values.append(t.avro_raw(t.AVRO_BAD_SCALE_ID, t.avro_with_amount({
+        "type": "bytes", "scale": scale, "precision": 10, "connect.name": t.DECIMAL,
+        "connect.parameters": {"scale": str(scale)}}), b"\x00\xc8"))
+    source_scale = {"__debezium.source.column.scale": str(scale)}
+    values.append(t.schemaful(t.envelope(after={"id": 1, "updated": 10**18}), t.with_row_fields(
+        {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp",
+         "field": "updated", "parameters": {"__debezium.source.column.type": "DATETIME2",
+                                            **source_scale}})))
+    values.append(t.schemaful(t.envelope(after={"id": 1, "amount": 2.5}), t.with_row_fields(
+        {"type": "double", "optional": True, "field": "amount",  # decimal.handling.mode=double
+         "parameters": {"__debezium.source.column.type": "DECIMAL", **source_scale}})))
+out = []
+for value in values:
+    schema_id = int.from_bytes(value[1:5], "big") if value[0] == 0 else None
+    decoder = t.avro_decimal_decoder()
+    if schema_id is not None:  # this record's own schema under the bad-scale id
+        from debezium_bridge.formats.debezium.avro import AvroDecoder
+        from debezium_bridge.formats.debezium.decode import Decoder
+        from debezium_bridge.formats.debezium.registry import FileSchemaResolver
+        schema = t.avro_with_amount({"type": "bytes", "connect.name": t.DECIMAL,
+                                     "connect.parameters": {"scale": str(scale)}})
+        decoder = Decoder(avro=AvroDecoder(FileSchemaResolver({str(schema_id): schema})))
+    translator = Translator(decoder=decoder)
+    started = time.process_time()
+    translator.process(RawRecord(topic=t.TOPIC, partition=0, offset=1, key=t.GOOD_KEY,
+                                 value=value))
+    translator.flush()
+    changes, dead = translator.drain()
+    out.append({"seconds": time.process_time() - started, "changes": len(changes),
+                "stages": [d.stage for d in dead], "messages": [d.message for d in dead]})
+print(json.dumps(out))
+"""
+
+
+def test_absurd_decimal_scales_are_rejected_at_once(tmp_path: Any) -> None:
+    """Scale -10,000,000 used to hang the stream (10**10000000 is computed) and 10**9 to build a
+    1 GB string, in a Decimal schema, a VariableScaleDecimal value, an Avro decimal and the
+    propagated source column scale of a timestamp or a double-mode decimal; all must be dead
+    letters in no time. A subprocess with a timeout guards the
+    test run against the hang."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).parent)
+    try:
+        run = subprocess.run([sys.executable, "-c", ABSURD_SCALE_SCRIPT, here],
+                             capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("decoding a Decimal with an absurd scale did not finish in 30 s")
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(run.stdout)
+    assert len(results) == 10
+    for result in results:
+        assert result["seconds"] < 1.0, result
+        assert result["changes"] == 0, result
+        assert len(result["stages"]) == 1, result
+        assert result["stages"][0] in ("schema", "convert"), result
+        assert re.search(r"scale (-10000000|1000000000)", result["messages"][0]), result
+
+
+def test_table_schema_file_with_a_decimal_outside_sql_server_is_a_configuration_error() -> None:
+    """Schema-less JSON read through a table-schema file: the file is configuration, so a
+    Decimal without a usable scale stops the run before any record (exit code 2 in the CLI)."""
+    from debezium_bridge.errors import ConfigError
+    from debezium_bridge.formats.debezium.decode import DecodeOptions, table_schema_of
+
+    for broken in (decimal_field(scale="-10000000"), decimal_field()):
+        schemas = {TOPIC: table_schema_of(with_row_fields(broken))}
+        with pytest.raises(ConfigError, match=r"'amount'.*(scale -10000000|without)"):
+            Decoder(DecodeOptions(table_schemas=schemas))

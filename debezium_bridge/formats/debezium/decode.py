@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import msgspec
 
 from debezium_bridge.errors import (
+    ConfigError,
     DecodeError,
     EnvelopeError,
     KeyDecodeError,
@@ -173,9 +174,12 @@ class Decoder:
         learn SQL column types this way); see :meth:`add_schema_listener`."""
         self.ces = ces
         """The decoder of CES CloudEvents (``None``: CES records are rejected)."""
-        self._file_rows: dict[str, RowDecoder] = {
-            name: self._row_decoder(schema) for name, schema in self.options.table_schemas.items()
-        }
+        self._file_rows: dict[str, RowDecoder] = {}
+        for name, schema in self.options.table_schemas.items():
+            try:
+                self._file_rows[name] = self._row_decoder(schema)
+            except SchemaError as exc:
+                raise ConfigError(f"table schema {name!r}: {exc.message}") from exc
 
     def add_schema_listener(self, listener: Callable[[TableSchema], None]) -> None:
         """Call ``listener`` with every row schema compiled from now on (and the table-schema
@@ -189,10 +193,11 @@ class Decoder:
         return self._schemaless if schema is None else self._row_decoder(schema)
 
     def _row_decoder(self, schema: TableSchema) -> RowDecoder:
+        rows = RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
+                          binary_mode=self.options.binary_handling_mode)  # checks the schema
         for listener in self.schema_listeners:
             listener(schema)
-        return RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
-                          binary_mode=self.options.binary_handling_mode)
+        return rows
 
     def _ces_decoder(self) -> CloudEventDecoder:
         if self.ces is None:
@@ -432,7 +437,6 @@ def load_table_schemas(path: str) -> dict[str, TableSchema]:
     one schema-ful message) or an Avro record schema.
     """
     from debezium_bridge.config import load_config_file
-    from debezium_bridge.errors import ConfigError
 
     out: dict[str, TableSchema] = {}
     for name, schema in load_config_file(path).items():

@@ -20,12 +20,13 @@ import base64
 import binascii
 import datetime as dt
 import decimal
+import re
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from debezium_bridge.errors import ValueConversionError
-from debezium_bridge.model.schema import Column, TableSchema
+from debezium_bridge.errors import SchemaError, ValueConversionError
+from debezium_bridge.model.schema import SOURCE_SCALE_PARAM, Column, TableSchema
 
 DEFAULT_PLACEHOLDER = "__debezium_unavailable_value"
 BinaryHandlingMode = Literal["bytes", "base64", "base64-url-safe", "hex"]
@@ -82,7 +83,63 @@ def bytes_of(value: Any) -> bytes:
     raise ValueConversionError(f"expected bytes or base64 text, got {type(value).__name__}")
 
 
-def _decimal_converter(scale: int) -> Converter:
+MAX_DECIMAL_PRECISION = 38
+"""SQL Server decimals: precision 1-38, scale 0-precision (money is decimal(19,4))."""
+_DECIMAL_TEXT = re.compile(r"[+-]?[0-9]{1,18}").fullmatch
+_DECIMAL_CONTEXT = decimal.Context(prec=2 * MAX_DECIMAL_PRECISION + 2)
+"""Room for any SQL Server decimal quantized to any SQL Server scale (the default context's 28
+digits would refuse ``decimal(38,0)`` values)."""
+
+
+def decimal_schema_bounds(column: Column) -> tuple[int, int]:
+    """(scale, precision) of a Connect Decimal column; raises :class:`SchemaError` unless they
+    describe a SQL Server decimal. Connect requires ``scale``; ``connect.decimal.precision`` is
+    optional (38 when absent)."""
+    params = column.parameters
+    text = params.get("scale")
+    if text is None:
+        raise SchemaError(f"column {column.name!r}: Decimal schema without the 'scale' "
+                          "parameter (Connect requires it)")
+    if _DECIMAL_TEXT(text) is None:
+        raise SchemaError(f"column {column.name!r}: Decimal scale {text[:40]!r} is not an "
+                          "integer")
+    scale = int(text)
+    precision_text = params.get("connect.decimal.precision")
+    if precision_text is None:
+        precision = MAX_DECIMAL_PRECISION
+    elif _DECIMAL_TEXT(precision_text) is None:
+        raise SchemaError(f"column {column.name!r}: Decimal precision {precision_text[:40]!r} is "
+                          "not an integer")
+    else:
+        precision = int(precision_text)
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            raise SchemaError(f"column {column.name!r}: Decimal precision {precision} out of "
+                              f"range (SQL Server: 1 to {MAX_DECIMAL_PRECISION})")
+    if not 0 <= scale <= precision:
+        raise SchemaError(f"column {column.name!r}: Decimal scale {scale} out of range "
+                          f"(SQL Server: 0 to precision {precision})")
+    return scale, precision
+
+
+def _decimal_converter(scale: int, precision: int = MAX_DECIMAL_PRECISION) -> Converter:
+    """Decimal values of a column whose schema passed :func:`decimal_schema_bounds`: unscaled
+    values must have at most ``precision`` digits (so no value builds a long string)."""
+    limit = 10**precision
+    exponent = decimal.Decimal(1).scaleb(-scale)
+
+    def too_wide(what: str) -> ValueConversionError:
+        return ValueConversionError(f"decimal {what} exceeds precision {precision}")
+
+    def from_number(value: Any) -> str:
+        try:
+            number = value if isinstance(value, decimal.Decimal) else decimal.Decimal(repr(value))
+            quantized = number.quantize(exponent, context=_DECIMAL_CONTEXT)
+        except (ArithmeticError, ValueError) as exc:  # InvalidOperation: more digits than room
+            raise too_wide(f"{value!r:.40}") from exc
+        if not quantized.is_finite() or quantized.adjusted() >= precision - scale:
+            raise too_wide(f"{value!r:.40}")
+        return format(quantized, "f")
+
     def convert(value: Any) -> str:
         if value.__class__ is str:
             try:  # plain ASCII base64; anything odd gets bytes_of's checks and messages
@@ -92,24 +149,36 @@ def _decimal_converter(scale: int) -> Converter:
         elif isinstance(value, str | bytes | bytearray | memoryview):
             raw = bytes_of(value)
         elif isinstance(value, decimal.Decimal):
-            return format(value.quantize(decimal.Decimal(1).scaleb(-scale)), "f")
+            return from_number(value)
         elif isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueConversionError(f"expected a decimal, got {type(value).__name__}")
         else:  # JsonConverter decimal.format=NUMERIC: a JSON number
-            return format(decimal.Decimal(repr(value)).quantize(decimal.Decimal(1).scaleb(-scale)),
-                          "f")
+            return from_number(value)
         if not raw:
             raise ValueConversionError("empty decimal bytes")
-        return format_unscaled(int.from_bytes(raw, "big", signed=True), scale)
+        unscaled = int.from_bytes(raw, "big", signed=True)
+        if not -limit < unscaled < limit:
+            raise too_wide(f"of {len(raw)} bytes")
+        return format_unscaled(unscaled, scale)
 
     return convert
+
+
+_VARIABLE_LIMIT = 10**MAX_DECIMAL_PRECISION
 
 
 def _variable_decimal(value: Any) -> str:
     if not isinstance(value, Mapping) or "scale" not in value or "value" not in value:
         raise ValueConversionError("VariableScaleDecimal must be a {scale, value} struct")
-    return format_unscaled(int.from_bytes(bytes_of(value["value"]), "big", signed=True),
-                           int(value["scale"]))
+    scale = value["scale"]
+    if scale.__class__ is not int or not 0 <= scale <= MAX_DECIMAL_PRECISION:
+        raise ValueConversionError(f"VariableScaleDecimal scale {scale!r:.40} out of range "
+                                   f"(SQL Server: 0 to {MAX_DECIMAL_PRECISION})")
+    unscaled = int.from_bytes(bytes_of(value["value"]), "big", signed=True)
+    if not -_VARIABLE_LIMIT < unscaled < _VARIABLE_LIMIT:
+        raise ValueConversionError("VariableScaleDecimal value exceeds precision "
+                                   f"{MAX_DECIMAL_PRECISION}")
+    return format_unscaled(unscaled, scale)
 
 
 def _fraction_formatter(unit: int, digits: int) -> Callable[[int], str]:
@@ -244,19 +313,17 @@ def _float32(value: Any) -> Any:
 def converter_for(column: Column, binary_mode: BinaryHandlingMode = "bytes") -> Converter | None:
     """The converter of one column, or ``None`` when values pass through unchanged."""
     semantic = column.semantic
-    scale = column.source_scale
     if semantic == DECIMAL_SEMANTIC:
-        try:
-            return _decimal_converter(int(column.parameters.get("scale", "0")))
-        except ValueError as exc:
-            raise ValueConversionError(f"bad Decimal scale on column {column.name!r}") from exc
+        return _decimal_converter(*decimal_schema_bounds(column))
     if semantic == VARIABLE_DECIMAL_SEMANTIC:
         return _variable_decimal
     if semantic in _TIMESTAMP_UNITS:
         unit, digits = _TIMESTAMP_UNITS[semantic]
+        scale = _source_scale(column, _MAX_FRACTION_DIGITS)
         return _timestamp_converter(unit, digits if scale is None else scale)
     if semantic in _TIME_UNITS:
         unit, digits = _TIME_UNITS[semantic]
+        scale = _source_scale(column, _MAX_FRACTION_DIGITS)
         return _time_converter(unit, digits if scale is None else scale)
     if semantic in _DATE_TYPES:
         return _date
@@ -269,11 +336,34 @@ def converter_for(column: Column, binary_mode: BinaryHandlingMode = "bytes") -> 
     source_type = column.source_type
     if column.connect_type == "string" and source_type in _BINARY_SOURCE_TYPES:
         return _binary_text_converter(binary_mode)
-    if column.connect_type == "float64" and source_type in _DECIMAL_SOURCE_TYPES \
-            and scale is not None:
+    if column.connect_type in _FLOAT64_NAMES and source_type in _DECIMAL_SOURCE_TYPES:
         # decimal.handling.mode=double with propagated source type: render at the column scale
-        return lambda value: f"{value:.{scale}f}" if isinstance(value, float | int) else value
+        scale = _source_scale(column, MAX_DECIMAL_PRECISION)
+        if scale is not None:
+            return lambda value: f"{value:.{scale}f}" if isinstance(value, float | int) else value
     return None
+
+
+_FLOAT64_NAMES = ("float64", "double")
+"""FLOAT64 as ``Schema.Type`` names it and as JsonConverter writes it."""
+_MAX_FRACTION_DIGITS = 9
+"""Fraction digits of the finest Connect time type (nanoseconds; SQL Server's own limit is 7)."""
+
+
+def _source_scale(column: Column, highest: int) -> int | None:
+    """The propagated source column scale (``column.propagate.source.type``), checked: the
+    converters build strings of that many digits."""
+    text = column.parameters.get(SOURCE_SCALE_PARAM)
+    if text is None or text == "":
+        return None
+    if _DECIMAL_TEXT(text) is None:
+        raise SchemaError(f"column {column.name!r}: source column scale {text[:40]!r} is not an "
+                          "integer")
+    scale = int(text)
+    if not 0 <= scale <= highest:
+        raise SchemaError(f"column {column.name!r}: source column scale {scale} out of range "
+                          f"(0 to {highest} for {column.source_type or column.connect_type})")
+    return scale
 
 
 RowFunction = Callable[[dict[str, Any]], tuple[dict[str, Any], tuple[str, ...]]]
