@@ -10,6 +10,14 @@ microsecond types, 7 for nanosecond types (SQL Server's 100 ns tick; 9 if a valu
 digits). When Debezium propagated the source column scale (``column.propagate.source.type``), that
 scale is used instead. Digits are never dropped if that would lose a non-zero value.
 
+Every value is checked against its column's Connect schema as JsonConverter would check it: the
+Python class of the type (``int`` for int8..int64, never ``bool``; ``str``; ``bool``; ``float``, or
+an ``int`` in range, for float32/float64; ``list``/``dict`` for array/map/struct) and the integer
+ranges, so 2147483648 in an ``int32`` column is a :class:`ValueConversionError` naming the column
+and the type, not a value passed on. Decimal schemas must describe a SQL Server decimal
+(precision 1-38, scale 0-precision, ``scale`` present): anything else is a :class:`SchemaError`
+when the table version is compiled, before a scale is used to build any string.
+
 Unchanged LOB columns arrive as the placeholder ``__debezium_unavailable_value`` (text, or its
 bytes for binary columns); they are reported as unavailable and their image value is ``None``.
 """
@@ -21,6 +29,7 @@ import binascii
 import datetime as dt
 import decimal
 import re
+import reprlib
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -298,11 +307,18 @@ def _binary_text_converter(mode: BinaryHandlingMode) -> Converter | None:
     return None
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT64_MAX = 1.7976931348623157e308
+
+
 def _float32(value: Any) -> Any:
     """Shortest decimal that round-trips as float32 (what JsonConverter prints for FLOAT32)."""
     if not isinstance(value, float):
         return value
-    packed = struct.pack("<f", value)
+    try:
+        packed = struct.pack("<f", value)
+    except OverflowError as exc:  # the row check rejects these first; kept for direct callers
+        raise ValueConversionError(f"{value!r} is out of the float32 range") from exc
     for precision in range(6, 10):
         candidate = float(f"{value:.{precision}g}")
         if struct.pack("<f", candidate) == packed:
@@ -368,38 +384,108 @@ def _source_scale(column: Column, highest: int) -> int | None:
 
 RowFunction = Callable[[dict[str, Any]], tuple[dict[str, Any], tuple[str, ...]]]
 
+_INT_RANGES = {"int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1),
+               "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_TYPE_NAMES = {**{name: name for name in (*_INT_RANGES, "float32", "float64", "boolean", "string",
+                                          "bytes", "array", "map", "struct")},
+               "float": "float32", "double": "float64"}
+"""Connect ``Schema.Type`` names, and JsonConverter's spellings of FLOAT32/FLOAT64."""
+_TYPE_CHECKS = {
+    **{name: f"value.__class__ is not int or not {low} <= value <= {high}"
+       for name, (low, high) in _INT_RANGES.items()},
+    "float32": "value.__class__ is not float and (value.__class__ is not int or not "
+               f"{-_FLOAT32_MAX!r} <= value <= {_FLOAT32_MAX!r}) or value.__class__ is float and "
+               f"{_FLOAT32_MAX!r} < abs(value) < INFINITY",
+    "float64": "value.__class__ is not float and (value.__class__ is not int or not "
+               f"{-_FLOAT64_MAX!r} <= value <= {_FLOAT64_MAX!r})",
+    "boolean": "value.__class__ is not bool",
+    "string": "value.__class__ is not str",
+    "array": "value.__class__ is not list",
+    "map": "value.__class__ is not dict and value.__class__ is not list",  # [[k, v], ...] too
+    "struct": "value.__class__ is not dict",
+}
+"""Per Connect type, an expression true when ``value`` (not None) is not a value of the type,
+as JsonConverter would refuse it: the exact Python class (``bool`` is not an integer) and the
+integer ranges; floats accept integers within their range. ``bytes`` is checked by its converter
+(bytes, or strict base64 text)."""
+_describe_repr = reprlib.Repr()
+_describe_repr.maxstring = _describe_repr.maxother = 40
+_describe_repr.maxlevel = 2
+
+
+def _describe(value: Any) -> str:
+    if value.__class__ is int and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    return _describe_repr.repr(value)
+
+
+def type_mismatch(expected: str, value: Any) -> ValueConversionError:
+    """The error for a value that is not of its column's Connect type."""
+    if value.__class__ is int and expected in _INT_RANGES:
+        low, high = _INT_RANGES[expected]
+        return ValueConversionError(
+            f"{_describe(value)} is out of the {expected} range [{low}, {high}]")
+    if value.__class__ in (int, float) and expected in ("float32", "float64"):
+        return ValueConversionError(f"{_describe(value)} is out of the {expected} range")
+    return ValueConversionError(
+        f"expected {expected}, got {type(value).__name__} {_describe(value)}")
+
+
+def _type_check(column: Column, convert: Converter | None) -> str | None:
+    """The generated check of one column (see ``_TYPE_CHECKS``); ``None`` when its converter
+    accepts several encodings and checks them itself (Decimal: bytes, base64 or a number)."""
+    if column.connect_type not in _TYPE_NAMES:
+        raise SchemaError(f"column {column.name!r}: unknown Connect type "
+                          f"{column.connect_type!r:.40}")
+    if column.semantic == DECIMAL_SEMANTIC:
+        return None
+    return _TYPE_CHECKS.get(_TYPE_NAMES[column.connect_type])
+
 
 def _compile_row_function(schema: TableSchema, placeholder: str,
                           binary_mode: BinaryHandlingMode) -> RowFunction:
-    """One generated function per table version: a single ``get`` per column that can hold the
-    placeholder or needs a converter, no loop over converter objects.
+    """One generated function per table version: per column, a single ``get``, then a type
+    check fused with the placeholder test and the converter call; no loop over converter
+    objects. The failing branch names the column (``column = ...``) only when it fails.
 
     Text columns holding the placeholder are reported before binary ones, each in schema order.
+    Raises :class:`SchemaError` for a schema no row can be decoded with.
     """
     constants: dict[str, Any] = {
         "ValueConversionError": ValueConversionError,
+        "mismatch": type_mismatch,
+        "INFINITY": float("inf"),
         "TEXT": placeholder,
         "BASE64": base64.b64encode(placeholder.encode()).decode("ascii"),
         "BYTES": placeholder.encode(),
     }
     body: list[str] = []
     for n, column in enumerate(schema.columns):
+        if column.name.__class__ is not str or column.connect_type.__class__ is not str:
+            raise SchemaError(f"malformed column in schema {schema.name!r:.80}: "
+                              f"{column.name!r:.40} of type {column.connect_type!r:.40}")
         name = repr(column.name)
         convert = converter_for(column, binary_mode)
         if convert is not None:
             constants[f"convert{n}"] = convert
+        check = _type_check(column, convert)
         if column.connect_type == "string":
             marker, gone = "value == TEXT", "text_gone"
         elif column.connect_type == "bytes":
             marker, gone = "value == BASE64 or value == BYTES", "binary_gone"
-        elif convert is None:
+        elif convert is None and check is None:
             continue
         else:
             marker = gone = ""
         body += [f"    value = get({name})", "    if value is not None:"]
+        if check is not None:
+            expected = _TYPE_NAMES[column.connect_type]
+            body += [f"        if {check}:", f"            column = {name}",
+                     f"            raise mismatch({expected!r}, value)"]
         conversion = [f"column = {name}", f"row[{name}] = convert{n}(value)"]
         if not marker:
-            body += ["        " + line for line in conversion]
+            if convert is not None:
+                body += ["        " + line for line in conversion]
             continue
         body += [f"        if {marker}:", f"            row[{name}] = None",
                  f"            {gone} += ({name},)"]
