@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from typing import Any, Protocol
 import msgspec
 
 from debezium_bridge.core.counters import Counters
-from debezium_bridge.errors import ConfigError, LsnFormatError
+from debezium_bridge.errors import ConfigError, LsnFormatError, RecordError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import (
@@ -49,6 +50,8 @@ from debezium_bridge.model.change import (
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 GroupKey = tuple[bytes, bytes, str]
@@ -201,7 +204,16 @@ class Translator:
             counters.records_in += 1
             try:
                 decoded = decode(raw)
-            except Exception as exc:  # a RecordError, or a decoder bug: neither stops the stream
+            except RecordError as exc:  # bad input: a dead letter with the error's stage
+                counters.dead_letters += 1
+                self._dead.append(DeadLetter.of(exc, raw))
+                continue
+            except ServiceError:  # a service is down, not bad input: stop the run
+                counters.records_in -= 1  # not consumed; the counters stay balanced
+                raise
+            except Exception as exc:  # a decoder bug: never stops the stream, but is found
+                log.exception("decoder bug on %s[%s]@%s (dead-lettered): %s: %s", raw.topic,
+                              raw.partition, raw.offset, type(exc).__name__, exc)
                 counters.dead_letters += 1
                 self._dead.append(DeadLetter.of(exc, raw))
                 continue

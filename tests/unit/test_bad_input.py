@@ -597,6 +597,25 @@ BAD: list[Bad] = [
         "before": None, "after": {"id": 1, "amount": 70_000}, "source": source(), "op": "c",
         "ts_ms": 1_700_000_000_999}), "convert", "ValueConversionError",
         r"'amount'.*70000.*int16", decoder=avro_int16_decoder),
+    # -- found by tests/unit/test_fuzz_decoders.py: each used to be an "unexpected" dead letter
+    Bad("schemaless-truncated-after-an-object-key", b'{"before":[', "decode", "DecodeError",
+        r"invalid JSON.*truncated"),
+    Bad("envelope-schema-fields-not-a-list",
+        schemaful(envelope(), {**envelope_schema(), "fields": True}), "schema", "SchemaError",
+        r"envelope schema has no 'fields' list"),
+    Bad("row-schema-name-a-list", schemaful(envelope(), with_row_fields(
+        {"type": "int64", "optional": True, "name": ["io.debezium.time.Timestamp"],
+         "field": "updated"})), "schema", "SchemaError", r"'updated'.*named"),
+    Bad("key-schema-name-a-list", GOOD, "decode-key", "KeyDecodeError",
+        r"key.*schema name is not text",
+        key=schemaless({"schema": {**KEY_SCHEMA, "name": [f"{TOPIC}.Key"]},
+                        "payload": {"id": 1}})),
+    Bad("avro-json-bytes-beyond-latin-1", schemaless(
+        {**envelope(after={"id": 1, "amount": {"bytes": "\u20ac"}}), "ts_ms": {"long": 1}}),
+        "convert", "ValueConversionError", r"after: Avro-JSON bytes.*U\+00FF"),
+    Bad("avro-union-index-out-of-range",
+        avro_value()[:5] + b"\x04" + avro_value()[6:], "decode", "DecodeError",
+        r"Avro payload does not match its schema \(an index or length"),
 ]
 
 
@@ -904,3 +923,86 @@ def test_table_schema_file_with_a_decimal_outside_sql_server_is_a_configuration_
         schemas = {TOPIC: table_schema_of(with_row_fields(broken))}
         with pytest.raises(ConfigError, match=r"'amount'.*(scale -10000000|without)"):
             Decoder(DecodeOptions(table_schemas=schemas))
+
+
+# --- a service that is down is not bad input ------------------------------------------------------
+
+
+class RegistryDown:
+    """A schema resolver whose registry does not answer (after its retries)."""
+
+    def by_id(self, schema_id: int) -> Any:
+        from debezium_bridge.errors import ServiceError
+
+        raise ServiceError(f"schema registry unreachable after retries (schema id {schema_id})")
+
+    def by_subject(self, subject: str) -> Any:
+        return self.by_id(0)
+
+
+def test_registry_down_stops_the_translator_and_dead_letters_nothing() -> None:
+    from debezium_bridge.errors import ServiceError
+
+    translator = Translator(decoder=Decoder(avro=AvroDecoder(RegistryDown())))
+    translator.process(valid_followup())
+    with pytest.raises(ServiceError, match="unreachable"):
+        translator.process(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET,
+                                     key=GOOD_KEY, value=avro_value()))
+    with pytest.raises(ServiceError):  # an Avro key needs the registry too
+        translator.process(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET + 2,
+                                     key=confluent(AVRO_KEY_ID, AVRO_KEY, {"id": 1}), value=GOOD))
+    _, dead = translator.drain()
+    assert dead == []
+    assert translator.counters.dead_letters == 0
+    assert translator.counters.records_in == 1  # the records it stopped at were not consumed
+    assert translator.counters.balanced, translator.counters.summary()
+
+
+def test_registry_down_stops_the_ces_pipeline() -> None:
+    from debezium_bridge.core.pipeline import Pipeline
+    from debezium_bridge.errors import ServiceError
+
+    pipeline = Pipeline(decoder=Decoder(avro=AvroDecoder(RegistryDown())))
+    with pytest.raises(ServiceError):
+        pipeline.process(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET,
+                                   key=GOOD_KEY, value=avro_value()))
+    assert pipeline.drain()[1] == []
+
+
+def test_cli_stops_with_the_service_exit_code_when_the_registry_is_unreachable(
+        tmp_path: Any) -> None:
+    import socket
+
+    from debezium_bridge.cli import EXIT_SERVICE, main
+    from debezium_bridge.formats.dumps import write_lossless
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dump = tmp_path / "avro.jsonl"
+    with dump.open("wb") as out:
+        write_lossless([RawRecord(TOPIC, 0, 0, None, GOOD_KEY, avro_value())], out)
+    dlq = tmp_path / "dlq.jsonl"
+    code = main(["convert", str(dump), "-o", str(tmp_path / "out.jsonl"), "--dlq", str(dlq),
+                 "--schema-registry", f"http://127.0.0.1:{port}", "-X", "max.retries=0",
+                 "-X", "retries.wait.ms=1", "-X", "retries.max.wait.ms=1", "--progress", "never"])
+    assert code == EXIT_SERVICE
+    assert not dlq.exists() or dlq.read_bytes() == b""
+
+
+def test_a_decoder_bug_is_dead_lettered_and_logged_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class BuggyDecoder(Decoder):
+        def decode(self, record: RawRecord) -> Any:
+            return {}["no such key"]  # a genuine bug, not a RecordError
+
+    translator = Translator(decoder=BuggyDecoder())
+    with caplog.at_level("ERROR", logger="debezium_bridge"):
+        translator.process(RawRecord(topic=TOPIC, partition=PARTITION, offset=OFFSET,
+                                     key=GOOD_KEY, value=GOOD))
+    _, dead = translator.drain()
+    assert len(dead) == 1 and dead[0].error_class == "KeyError"
+    assert translator.counters.balanced
+    (logged,) = [r for r in caplog.records if r.name == "debezium_bridge.core.translator"]
+    assert logged.levelname == "ERROR" and logged.exc_info is not None
+    assert f"{TOPIC}[{PARTITION}]@{OFFSET}" in logged.getMessage()

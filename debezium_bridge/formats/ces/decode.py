@@ -189,9 +189,6 @@ class CesDecoder:
             if exc.record is None:
                 exc.record = record
             raise
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise EnvelopeError(f"malformed CES event: {type(exc).__name__}: {exc}",
-                                record) from exc
 
     def _decode(self, record: RawRecord, doc: dict[str, Any] | None) -> ChangeEvent | SideRecord:
         if doc is None:

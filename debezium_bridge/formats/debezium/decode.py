@@ -141,7 +141,10 @@ def _envelope_row_schema(schema: Any) -> TableSchema | None:
         return None
     if not isinstance(schema, dict) or schema.get("type") != "struct":
         raise SchemaError("envelope schema is not a Connect struct")
-    for field in schema.get("fields") or ():
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        raise SchemaError("envelope schema has no 'fields' list")
+    for field in fields:
         if isinstance(field, dict) and field.get("field") in ("after", "before"):
             return table_from_connect(field)
     return None
@@ -286,6 +289,10 @@ class Decoder:
             raise
         except _BAD_TEXT as exc:
             raise DecodeError(f"invalid JSON: {type(exc).__name__}: {exc}", record) from exc
+        except msgspec.ValidationError as exc:  # typed parts (Envelope, Source) of the JSON
+            raise EnvelopeError(f"malformed envelope: {exc}", record) from exc
+        except msgspec.DecodeError as exc:  # the JSON text itself, wherever it is parsed
+            raise DecodeError(f"invalid JSON: {exc}", record) from exc
 
     def _from_payload(self, record: RawRecord, payload: bytes, rows: RowDecoderLike,
                       columns: tuple[str, ...] | None) -> ChangeEvent | SideRecord:

@@ -459,11 +459,15 @@ def _compile_row_function(schema: TableSchema, placeholder: str,
         "BASE64": base64.b64encode(placeholder.encode()).decode("ascii"),
         "BYTES": placeholder.encode(),
     }
+    if not (schema.name is None or schema.name.__class__ is str):
+        raise SchemaError(f"row schema name is not text: {schema.name!r:.60}")
     body: list[str] = []
     for n, column in enumerate(schema.columns):
-        if column.name.__class__ is not str or column.connect_type.__class__ is not str:
+        if column.name.__class__ is not str or column.connect_type.__class__ is not str \
+                or not (column.semantic is None or column.semantic.__class__ is str):
             raise SchemaError(f"malformed column in schema {schema.name!r:.80}: "
-                              f"{column.name!r:.40} of type {column.connect_type!r:.40}")
+                              f"{column.name!r:.40} of type {column.connect_type!r:.40} "
+                              f"named {column.semantic!r:.40}")
         name = repr(column.name)
         convert = converter_for(column, binary_mode)
         if convert is not None:
