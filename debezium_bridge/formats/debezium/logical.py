@@ -431,7 +431,7 @@ def type_mismatch(expected: str, value: Any) -> ValueConversionError:
         f"expected {expected}, got {type(value).__name__} {_describe(value)}")
 
 
-def _type_check(column: Column, convert: Converter | None) -> str | None:
+def _type_check(column: Column) -> str | None:
     """The generated check of one column (see ``_TYPE_CHECKS``); ``None`` when its converter
     accepts several encodings and checks them itself (Decimal: bytes, base64 or a number)."""
     if column.connect_type not in _TYPE_NAMES:
@@ -472,7 +472,7 @@ def _compile_row_function(schema: TableSchema, placeholder: str,
         convert = converter_for(column, binary_mode)
         if convert is not None:
             constants[f"convert{n}"] = convert
-        check = _type_check(column, convert)
+        check = _type_check(column)
         if column.connect_type == "string":
             marker, gone = "value == TEXT", "text_gone"
         elif column.connect_type == "bytes":
