@@ -16,8 +16,9 @@ changed (``pkkey`` differs from the key columns of ``old``) as two records, the 
 create half, which the translator pairs back into one update with ``key_changed`` (or emits
 separately with ``--no-pairing``), exactly like Debezium's delete + create of a key change.
 
-:class:`CesDecoder` (inside :class:`~debezium_bridge.formats.debezium.decode.Decoder`, which detects CES by its
-``type``, or by the Avro encoding of ``specversion`` ``"1.0"``) turns one whole event into a
+:class:`CesDecoder` (inside :class:`~debezium_bridge.formats.debezium.decode.Decoder`, which
+detects CES by its ``type``, or by the Avro encoding of ``specversion`` ``"1.0"``) turns one
+whole event into a
 ``ChangeEvent``: ``INS`` → ``c``, ``UPD`` → ``u``, ``DEL`` → ``d``; ``old``/``current`` (``"{}"``
 = no image) and ``pkkey`` values converted back through ``cols[].type``
 (:func:`debezium_bridge.formats.ces.render.parser`); ``time`` → commit time; ``commitlsn`` (or the
@@ -188,9 +189,6 @@ class CesDecoder:
             if exc.record is None:
                 exc.record = record
             raise
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise EnvelopeError(f"malformed CES event: {type(exc).__name__}: {exc}",
-                                record) from exc
 
     def _decode(self, record: RawRecord, doc: dict[str, Any] | None) -> ChangeEvent | SideRecord:
         if doc is None:

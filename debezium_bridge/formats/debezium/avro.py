@@ -15,8 +15,12 @@ from typing import Any
 import fastavro
 import msgspec
 
-from debezium_bridge.errors import DecodeError, EnvelopeError, SchemaError
-from debezium_bridge.formats.debezium.avro_reader import Projection, compile_reader
+from debezium_bridge.errors import DecodeError, EnvelopeError, SchemaError, ValueConversionError
+from debezium_bridge.formats.debezium.avro_reader import (
+    Projection,
+    compile_reader,
+    fastavro_reason,
+)
 from debezium_bridge.formats.debezium.envelope import (
     Envelope,
     RowDecoderLike,
@@ -134,7 +138,15 @@ def envelope_row_schema(schema: Mapping[str, Any]) -> TableSchema | None:
 
 
 def _latin1_bytes(value: Any) -> Any:
-    return value.encode("latin-1") if isinstance(value, str) else value
+    """Avro-JSON bytes: each byte is one character U+0000..U+00FF."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise ValueConversionError(
+            f"Avro-JSON bytes hold a character beyond U+00FF ({value[exc.start]!r} at "
+            f"{exc.start}); bytes are written as ISO-8859-1 text") from exc
 
 
 class _AvroJsonRows:
@@ -148,7 +160,11 @@ class _AvroJsonRows:
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         for name in self._bytes:
             if name in row:
-                row[name] = _latin1_bytes(row[name])
+                try:
+                    row[name] = _latin1_bytes(row[name])
+                except ValueConversionError as exc:
+                    exc.message = f"column {name!r}: {exc.message}"
+                    raise
         return self._rows.decode(row)
 
 
@@ -182,9 +198,9 @@ def _fastavro_read(raw: bytes, parsed: Any) -> tuple[Any, int]:
     buffer.seek(5)
     try:
         datum = fastavro.schemaless_reader(buffer, parsed, None)
-    except Exception as exc:
-        raise DecodeError(f"Avro payload does not match its schema: "
-                          f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # fastavro's errors on bad data: EOFError, IndexError, ValueError...
+        raise DecodeError(f"Avro payload does not match its schema ({fastavro_reason(exc)})"
+                          ) from exc
     return datum, buffer.tell()
 
 
@@ -305,6 +321,10 @@ def unwrap_avro_json(doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         unwrapped = unwrap_avro_value(value)
         wrapped = wrapped or unwrapped is not value
         if unwrapped.__class__ is dict and name in ("before", "after", "source", "transaction"):
-            unwrapped = {k: unwrap_avro_value(v) for k, v in unwrapped.items()}
+            try:
+                unwrapped = {k: unwrap_avro_value(v) for k, v in unwrapped.items()}
+            except ValueConversionError as exc:
+                exc.message = f"{name}: {exc.message}"
+                raise
         out[name] = unwrapped
     return out, wrapped
