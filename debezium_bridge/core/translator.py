@@ -127,6 +127,8 @@ class _ImageMemory:
 
 
 _OP_RANK = {"d": 0, "u": 1, "c": 1, "r": 1, "t": 1}
+_PRESSURE_LOG_EVERY = 10_000
+"""Forced releases are logged when they start and then every this many events."""
 
 
 def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
@@ -419,7 +421,15 @@ class Translator:
                                       is not None and self._commits[commit][0] >= expected):
                 pass
             elif counters.pending > max_pending:
-                counters.released_by_pressure += len(groups[head])
+                forced = len(groups[head])
+                if counters.released_by_pressure // _PRESSURE_LOG_EVERY != (
+                        counters.released_by_pressure + forced) // _PRESSURE_LOG_EVERY \
+                        or not counters.released_by_pressure:
+                    log.warning("more than max_pending=%d events wait: releasing the lowest "
+                                "positions before every partition moved past them (%d so far; "
+                                "a key change split across partitions may stay unpaired)",
+                                max_pending, counters.released_by_pressure + forced)
+                counters.released_by_pressure += forced
             else:
                 break
             self._release_group(heapq.heappop(heap))

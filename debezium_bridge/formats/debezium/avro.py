@@ -9,6 +9,7 @@ epoch integers) that the JSON path sees, and one set of converters serves both.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from debezium_bridge.model.change import ChangeEvent, SideRecord
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.model.schema import Column, TableSchema
 
+log = logging.getLogger(__name__)
 _AVRO_PRIMITIVES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
@@ -183,10 +185,11 @@ def _is_envelope(parsed: Any) -> bool:
 
 
 class _Compiled:
-    __slots__ = ("columns", "parsed", "read", "rows")
+    __slots__ = ("columns", "fallbacks", "parsed", "read", "rows")
 
     def __init__(self, parsed: Any, rows: Any, columns: tuple[str, ...] | None,
                  keep: Projection | None) -> None:
+        self.fallbacks = 0
         self.parsed = parsed
         self.read = compile_reader(parsed, keep)
         self.rows = rows
@@ -239,8 +242,13 @@ class AvroDecoder:
     def _read(raw: bytes, compiled: _Compiled) -> Any:
         try:
             datum, end = compiled.read(raw, 5)
-        except Exception:  # odd or broken input: fastavro, the reference, decodes or explains it
+        except Exception as exc:  # odd or broken input: fastavro, the reference, decides
             datum, end = _fastavro_read(raw, compiled.parsed)
+            if compiled.fallbacks == 0:  # fastavro read what the generated reader declined
+                log.warning("Avro schema id %d: the generated reader declined a record that "
+                            "fastavro reads (%s: %s); such records take the slower path",
+                            int.from_bytes(raw[1:5], "big"), type(exc).__name__, exc)
+            compiled.fallbacks += 1
         if end != len(raw):
             raise DecodeError(f"Avro payload has {len(raw) - end} trailing bytes")
         return datum
