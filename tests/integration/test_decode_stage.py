@@ -44,9 +44,8 @@ HEARTBEAT_SCHEMA = {"type": "record", "name": "Heartbeat",
 
 
 def _batch(records: list[RawRecord]) -> Any:
+    """``records`` as one Arrow batch of the Kafka source's columns."""
     import pyarrow as pa
-
-    from debezium_bridge.spark.source import KAFKA_SCHEMA  # noqa: F401 (the source's columns)
 
     rows = kafka_rows(records)
     names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
