@@ -286,8 +286,15 @@ def _topology(spark: Any, config: JobConfig, builtin: bool
 
     options = dict(config.source.options)
     available_now = config.trigger == "available_now"
+    committed = None
+    if available_now:
+        try:
+            committed = committed_offsets(spark, config.checkpoint)
+        except Exception as exc:  # unreadable: assume every partition starts at its earliest
+            log.warning("could not read the checkpoint's committed offsets (%s): this run "
+                        "waits for every partition's last message", str(exc).splitlines()[0])
+            committed = {}
     try:
-        committed = committed_offsets(spark, config.checkpoint) if available_now else None
         topology, target = stream_topology(options, available_now=available_now,
                                            committed=committed)
     except (ConfigError, ServiceError) as exc:
