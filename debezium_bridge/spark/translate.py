@@ -167,7 +167,7 @@ def _decoder_spec(config: TranslateConfig) -> _DecoderSpec:
     avro = None
     if config.avro_schemas:
         avro = msgspec.json.decode(open(config.avro_schemas, "rb").read())  # noqa: SIM115
-    registry = {**config.registry, "url": config.schema_registry} if config.schema_registry \
+    registry = {**config.registry, "url": str(config.schema_registry)} if config.schema_registry \
         else None
     options = config.decode_options()
     typed = config.needs_column_types
