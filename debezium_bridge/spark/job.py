@@ -198,8 +198,9 @@ class RunCounters:
         v = self.values
         return (f"records_in={v['records_in']} = changes_out={v['changes_out']} + merged="
                 f"{v['merged']} + duplicates={v['duplicates']} + side_records={v['side_records']}"
-                f" + tombstones={v['tombstones']} + dead_letters={v['dead_letters']} + skipped="
-                f"{v['skipped']} + pending={v['pending']} "
+                f" + tombstones={v['tombstones']} + dead_letters={v['dead_letters']}"
+                f" + replay_mismatches={v['replay_mismatches']} + skipped={v['skipped']}"
+                f" + pending={v['pending']} "
                 f"[{'balanced' if self.balanced else 'NOT BALANCED'}] late={v['late']} "
                 f"encode_errors={v['encode_errors']}; released by position="
                 f"{v['released_by_position']} transaction={v['released_by_transaction']} "
