@@ -13,6 +13,9 @@ class Counters:
     ``merged`` counts input events absorbed into another output (the second half of a paired
     primary-key change or of a folded delete+create). ``skipped`` counts ``op=m`` messages.
     ``late`` (informational) counts events that arrived after their position was released.
+    ``replay_mismatches`` (informational, **part of** ``dead_letters``, not a term of its own)
+    counts replays whose images differ from the original's: dead letters with stage
+    ``replay-mismatch``, where an identical replay counts in ``duplicates``.
     """
 
     records_in: int = 0
@@ -27,6 +30,7 @@ class Counters:
     late: int = 0
     key_changes_paired: int = 0
     released_by_pressure: int = 0
+    replay_mismatches: int = 0
 
     @property
     def accounted(self) -> int:
@@ -48,4 +52,5 @@ class Counters:
             f" + skipped={self.skipped} + pending={self.pending}"
             f" [{'balanced' if self.balanced else 'NOT BALANCED'}]"
             f" late={self.late} key_changes_paired={self.key_changes_paired}"
+            f" replay_mismatches={self.replay_mismatches} (of dead_letters)"
         )

@@ -1,14 +1,21 @@
 """Order, deduplicate and pair decoded Debezium events into canonical change records.
 
-Rules (SPEC §4), in the order they apply to each input record:
+Rules (docs/concepts.md), in the order they apply to each input record:
 
-1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters, tombstones and side
-   records are counted and dropped.
+1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters,
+   tombstones and side records are counted and dropped.
 2. **Replay dedupe.** Per Kafka partition, Debezium emits events in position order, and a restart
    re-sends a suffix with the same ``source``. So an event whose position is below its partition's
    high-water mark is a replay, and at the mark itself the (op, key) pairs seen there decide.
    Events of keyless tables (round-robin partitioned, so a replay may land in another partition)
    and snapshot rows are also checked against a bounded set of recent identities.
+   A replay must repeat its original's images: a 64-bit hash of :func:`image_bytes` of the
+   most recent ``dedupe_capacity`` events (between half and all of them) is remembered by
+   identity —
+   (table, commit_lsn, change_lsn, event_serial_no, op, key), for snapshot rows (table, key,
+   commit_lsn) — and a replay whose digest differs is a dead letter (stage ``replay-mismatch``,
+   counted in ``replay_mismatches``, part of ``dead_letters``), never dropped. A replay of an
+   event no longer remembered cannot be compared and is dropped as a duplicate.
 3. **Wait, then release in position order.** Events are grouped by (commit_lsn, change_lsn,
    table) and a group is released when the commit watermark — the lowest commit_lsn high-water
    mark over the data partitions — has moved past its commit_lsn, when a transaction END with
@@ -26,13 +33,21 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+import msgspec
+
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
-from debezium_bridge.errors import LsnFormatError, ServiceError
+from debezium_bridge.errors import (
+    LsnFormatError,
+    RecordError,
+    ReplayMismatchError,
+    ServiceError,
+)
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import (
@@ -48,6 +63,8 @@ from debezium_bridge.model.change import (
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 GroupKey = tuple[bytes, bytes, str]
@@ -81,7 +98,40 @@ class _BoundedSet:
             self._members.discard(self._order.popleft())
 
 
+_MASK64 = (1 << 64) - 1
+
+
+class _ImageMemory:
+    """Image hashes (see :func:`image_digest`) of the most recent events by identity hash, for
+    telling a replay from a differing copy: between ``capacity / 2`` and ``capacity`` of them
+    (two generations of dicts, the older dropped whole: no per-entry order to keep)."""
+
+    __slots__ = ("_half", "_new", "_old")
+
+    def __init__(self, capacity: int) -> None:
+        self._half = max(capacity // 2, 1) if capacity else 0
+        self._new: dict[int, int] = {}
+        self._old: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def remember(self, identity: int, digest: int) -> None:
+        if not self._half:
+            return
+        new = self._new
+        new[identity] = digest
+        if len(new) >= self._half:
+            self._old, self._new = new, {}
+
+    def get(self, identity: int) -> int | None:
+        found = self._new.get(identity)
+        return self._old.get(identity) if found is None else found
+
+
 _OP_RANK = {"d": 0, "u": 1, "c": 1, "r": 1, "t": 1}
+_PRESSURE_LOG_EVERY = 10_000
+"""Forced releases are logged when they start and then every this many events."""
 
 
 def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
@@ -91,6 +141,27 @@ def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
 _ABSENT: Any = object()
 _new_hash = hashlib.blake2b(digest_size=16).copy
 """A fresh 16-byte BLAKE2b: copying a prepared state is cheaper than calling the constructor."""
+
+
+_image_encode = msgspec.json.Encoder(order="sorted").encode
+_new_digest = hashlib.blake2b(digest_size=8).copy
+
+
+def image_bytes(event: ChangeEvent) -> bytes:
+    """What a replay must repeat exactly: the msgspec JSON (keys sorted) of ``[before, after,
+    unavailable]`` as decoded (canonical values, so the encoding of the message does not
+    matter). The envelope ``ts_ms`` and the Kafka coordinates, which differ on a replay, are
+    not part of it."""
+    return _image_encode((event.before, event.after, event.unavailable))
+
+
+def image_digest(event: ChangeEvent) -> bytes:
+    """8 bytes of BLAKE2b of :func:`image_bytes`: the same in every process, for state that
+    outlives one (a Spark state store). The translator's own memory, which lives in one process,
+    keeps Python's 64-bit ``hash`` of :func:`image_bytes` instead (about half the cost)."""
+    digest = _new_digest()
+    digest.update(image_bytes(event))
+    return digest.digest()
 
 
 def _event_id(*parts: bytes) -> str:
@@ -144,6 +215,7 @@ class Translator:
         # replay dedupe
         self._partition_marks: dict[TopicPartition, tuple[tuple[bytes, bytes, int], set[Any]]] = {}
         self._recent = _BoundedSet(self.config.dedupe_capacity)
+        self._images = _ImageMemory(self.config.dedupe_capacity)
         # ordering and pairing
         self._commit_marks: dict[TopicPartition, bytes] = {}
         self._idle: set[TopicPartition] = set()
@@ -198,10 +270,16 @@ class Translator:
             counters.records_in += 1
             try:
                 decoded = decode(raw)
-            except ServiceError:  # a service that is down is not bad input: stop
-                counters.records_in -= 1
+            except RecordError as exc:  # bad input: a dead letter with the error's stage
+                counters.dead_letters += 1
+                self._dead.append(DeadLetter.of(exc, raw))
+                continue
+            except ServiceError:  # a service is down, not bad input: stop the run
+                counters.records_in -= 1  # not consumed; the counters stay balanced
                 raise
-            except Exception as exc:  # a RecordError, or a decoder bug: neither stops the stream
+            except Exception as exc:  # a decoder bug: never stops the stream, but is found
+                log.exception("decoder bug on %s[%s]@%s (dead-lettered): %s: %s", raw.topic,
+                              raw.partition, raw.offset, type(exc).__name__, exc)
                 counters.dead_letters += 1
                 self._dead.append(DeadLetter.of(exc, raw))
                 continue
@@ -255,17 +333,22 @@ class Translator:
         # replay dedupe (module docstring, rule 2; ``ChangeEvent.identity``). Only identities
         # of snapshot rows and keyless events are ever looked up in ``_pending_ids``, so only
         # those are tracked there.
+        # The image memory is keyed by the hash of the identity: a collision could at worst
+        # turn an identical replay into a dead letter, never drop an event.
         tracked: tuple[Any, ...] | None = None
+        table_id = event.table_id or event.table.table_id
         if op == "r" and event.snapshot != "incremental":
             tracked = (event.table, key_id, sort_key[0], "r")
+            identity = hash((table_id, key_id, sort_key[0], "r"))
         else:
+            identity = hash((table_id, sort_key, op, key_id))
             marks = self._partition_marks
             mark = marks.get(tp)
             local = (op, key_id)
             if mark is None or sort_key > mark[0]:
                 marks[tp] = (sort_key, {local})
             elif sort_key < mark[0] or local in mark[1]:
-                counters.duplicates += 1
+                self._replayed(event, identity)
                 return
             else:
                 mark[1].add(local)
@@ -273,9 +356,11 @@ class Translator:
                 tracked = (event.table, sort_key, op, key_id)
         if tracked is not None:
             if tracked in self._recent or tracked in self._pending_ids:
-                counters.duplicates += 1
+                self._replayed(event, identity)
                 return
             self._recent.add(tracked)
+        self._images.remember(identity, hash(_image_encode((event.before, event.after,
+                                                            event.unavailable))))
         commit, change = sort_key[0], sort_key[1]
         # watermark bookkeeping
         commit_marks = self._commit_marks
@@ -315,6 +400,29 @@ class Translator:
                 or counters.pending > self.config.max_pending:
             self._release_ready()
 
+    def _replayed(self, event: ChangeEvent, identity: int) -> None:
+        """An event with the identity of one already seen: a duplicate when its images are the
+        remembered ones (or are no longer remembered), else a dead letter."""
+        original = self._images.get(identity)
+        if original is None:
+            self.counters.duplicates += 1
+            return
+        digest = hash(image_bytes(event))
+        if digest == original:
+            self.counters.duplicates += 1
+            return
+        counters = self.counters
+        counters.dead_letters += 1
+        counters.replay_mismatches += 1
+        record = event.record
+        position = event.seq or seq_of(event.sort_key)
+        key = event.key_id.decode("utf-8", "replace")
+        self._dead.append(DeadLetter.of(ReplayMismatchError(
+            f"replay of {event.table_id or event.table.table_id} {event.op!r} key {key:.200} at "
+            f"{position} has images that differ from the event already translated (image hash "
+            f"{digest & _MASK64:016x}, original {original & _MASK64:016x}); Debezium replays "
+            "differ only in the envelope ts_ms and the Kafka offsets", record), record))
+
     # -- release ------------------------------------------------------------------------------
     def _current_watermark(self) -> bytes:
         if self._watermark is None:
@@ -342,7 +450,15 @@ class Translator:
                                       is not None and self._commits[commit][0] >= expected):
                 pass
             elif counters.pending > max_pending:
-                counters.released_by_pressure += len(groups[head])
+                forced = len(groups[head])
+                if counters.released_by_pressure // _PRESSURE_LOG_EVERY != (
+                        counters.released_by_pressure + forced) // _PRESSURE_LOG_EVERY \
+                        or not counters.released_by_pressure:
+                    log.warning("more than max_pending=%d events wait: releasing the lowest "
+                                "positions before every partition moved past them (%d so far; "
+                                "a key change split across partitions may stay unpaired)",
+                                max_pending, counters.released_by_pressure + forced)
+                counters.released_by_pressure += forced
             else:
                 break
             self._release_group(heapq.heappop(heap))
@@ -588,6 +704,7 @@ class Translator:
             "pending_groups": len(self._groups),
             "partition_marks": len(self._partition_marks),
             "recent_identities": len(self._recent),
+            "image_digests": len(self._images),
             "open_transactions": len(self._tx_expected),
         }
 

@@ -180,3 +180,13 @@ def test_lsn_null_and_malformed():
     for bad in ("zz:00000758:0003", "0000027:00000758:0003", "0x" + "f" * 22):
         with pytest.raises(LsnFormatError):
             parse_lsn(bad)
+
+
+def test_numeric_format_decimal_keeps_all_38_digits():
+    """decimal.format=NUMERIC: a decimal(38,0) value has more digits than the default decimal
+    context (28) holds; it is still exact."""
+    c = conv("bytes", DEC, scale=0, **{"connect.decimal.precision": 38})
+    assert c(10**38 - 1) == "9" * 38
+    with pytest.raises(ValueConversionError, match="precision 38"):
+        c(10**38)
+    assert conv("bytes", DEC, scale=4, **{"connect.decimal.precision": 19})(12.5) == "12.5000"

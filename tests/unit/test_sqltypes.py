@@ -24,6 +24,7 @@ import fastavro
 import pytest
 
 from debezium_bridge.errors import SchemaError, ValueConversionError
+from debezium_bridge.formats.debezium.connect_schema import avro_schema_for, connect_struct_schema
 from debezium_bridge.formats.debezium.encode import (
     Change,
     DebeziumEncoder,
@@ -36,9 +37,7 @@ from debezium_bridge.formats.debezium.sqltypes import (
     UNAVAILABLE_VALUE,
     ConnectorModes,
     SqlColumn,
-    avro_schema_for,
     connect_column,
-    connect_struct_schema,
     decimal_bytes,
     encode_value,
     float32,

@@ -218,7 +218,7 @@ def test_transaction_end_releases_a_complete_transaction():
     assert [r.key["id"] for r in t.drain()[0]] == [1, 2]
 
 
-def test_pressure_releases_lowest_positions_first_and_late_events_are_kept():
+def test_pressure_releases_lowest_positions_first_and_late_events_are_kept(caplog):
     t = Translator(TranslatorConfig(max_pending=2))
     t.expect([(TOPIC, 0), (TOPIC, 1)])
     for i in range(4):
@@ -229,6 +229,8 @@ def test_pressure_releases_lowest_positions_first_and_late_events_are_kept():
     assert [r.key["id"] for r in t.drain()[0]] == [5, 12, 13]
     assert t.counters.late == 1 and t.counters.released_by_pressure == 2
     assert t.counters.balanced
+    forced = [r for r in caplog.records if "max_pending=2" in r.getMessage()]
+    assert len(forced) == 1 and forced[0].levelname == "WARNING"  # logged once, when it starts
 
 
 def test_keyless_table_replay_in_another_partition_is_dropped():

@@ -1,14 +1,25 @@
-"""Reassembly of segmented CES events, before the translator (see :class:`CesAssembler`)."""
+"""Reassembly of segmented CES events, before the translator (see :class:`CesAssembler`).
+
+Bad segments never stop the stream: segments that are complete but do not join (text ``data``
+mixed with object or Avro ``data``, a result that cannot be encoded) become dead letters, all
+the held segments of that ``logicalid`` and any of its segments arriving later (stage
+``ces-assemble``, :class:`~debezium_bridge.errors.SegmentError`), like an incomplete event at the
+end of the input. A second segment with a held segment's ``logicalid`` and index is dropped as a
+duplicate when its ``data`` is equal, and is a dead letter when it differs; once an event is
+complete only its ``logicalid`` is remembered (``completed_memory``), so a later copy of any of
+its segments counts as a duplicate without being compared.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import msgspec
 
-from debezium_bridge.errors import EnvelopeError, RecordError, SegmentError
+from debezium_bridge.errors import RecordError, SegmentError, ServiceError
 from debezium_bridge.formats.ces import avro as ces_avro
 from debezium_bridge.formats.ces.envelope import (
     HALF_HEADER,
@@ -25,6 +36,11 @@ from debezium_bridge.formats.ces.envelope import (
 from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
+
+log = logging.getLogger(__name__)
+
+_DATA_KINDS: dict[type, str] = {str: "text", bytes: "bytes", bytearray: "bytes", dict: "object",
+                                list: "array"}
 
 
 class _Parts:
@@ -51,8 +67,11 @@ class _Parts:
         if low == 1:  # base 1, or base 0 with segment 0 still to come?
             first = data_text(self.parts[1][1])
             if isinstance(first, bytes | bytearray):  # Avro: only the whole Data decodes
-                joined = b"".join(self.parts[i][1].get("data") or b"" for i in indices)
-                return indices if starts_document(joined) else None
+                fragments = [self.parts[i][1].get("data") for i in indices]
+                pieces = [f for f in fragments if isinstance(f, bytes | bytearray)]
+                if len(pieces) < len(fragments):
+                    return indices  # whole by count; the join reports the mixed types
+                return indices if starts_document(b"".join(pieces)) else None
             if starts_document(first):
                 return indices
         return None
@@ -100,9 +119,29 @@ class CesAssembler:
         self._dead: list[DeadLetter] = []
 
     def feed(self, record: RawRecord) -> list[RawRecord]:
-        """Records for the translator (none while a segmented event is incomplete)."""
+        """Records for the translator (none while a segmented event is incomplete).
+
+        Never raises for bad input: segments that cannot be joined become dead letters
+        (:meth:`drain_dead`). A bug (an exception that is not a :class:`RecordError`) is logged
+        with its traceback and the record dead-lettered, so the run goes on."""
+        self.counters.records_in += 1
+        try:
+            return self._feed(record)
+        except ServiceError:  # not bad input (no service is used here today): stop the run
+            self.counters.records_in -= 1
+            raise
+        except Exception as exc:
+            if not isinstance(exc, RecordError):
+                log.exception("CES assembler bug on %s[%s]@%s (dead-lettered): %s: %s",
+                              record.topic, record.partition, record.offset,
+                              type(exc).__name__, exc)
+            if not self.counters.balanced:  # the record was not accounted for yet
+                self.counters.dead_letters += 1
+                self._dead.append(DeadLetter.of(exc, record, stage=SegmentError.stage))
+            return []
+
+    def _feed(self, record: RawRecord) -> list[RawRecord]:
         counters = self.counters
-        counters.records_in += 1
         if not is_ces(record.value):
             counters.passed += 1
             return [record]
@@ -129,8 +168,15 @@ class CesAssembler:
         parts = self._pending.get(logical_id)
         if parts is None:
             parts = self._pending[logical_id] = _Parts()
-        if index in parts.parts:
-            counters.duplicates += 1
+        held = parts.parts.get(index)
+        if held is not None:
+            if held[1].get("data") == doc.get("data"):
+                counters.duplicates += 1  # a re-sent copy
+            else:  # a different segment under the same logicalid and index: never dropped
+                counters.dead_letters += 1
+                self._dead.append(DeadLetter.of(SegmentError(
+                    f"CES logicalid {logical_id}: segment {index} conflicts with the segment "
+                    f"{index} held (offset {held[0].offset}): its data differs", record), record))
             return []
         parts.parts[index] = (record, doc)
         counters.held += 1
@@ -138,37 +184,59 @@ class CesAssembler:
             parts.final_index = index
         if total is not None:
             parts.total = total
-        indices = parts.complete()
-        if indices is None:
-            self._enforce_bound()
+        try:
+            indices = parts.complete()
+            if indices is None:
+                self._enforce_bound()
+                return []
+            joined = self._join(parts, indices, record)
+        except Exception as exc:  # SegmentError; anything else is a bug, logged
+            if isinstance(exc, RecordError):
+                reason = exc.message
+            else:
+                log.exception("CES assembler bug joining logicalid %s (dead-lettered)",
+                              logical_id)
+                reason = f"cannot be joined: unexpected {type(exc).__name__}: {exc}"
+            self._expire(logical_id, reason, reason=reason)
             return []
         del self._pending[logical_id]
         self._remember(logical_id)
         counters.held -= len(indices)
         counters.assembled += 1
         counters.absorbed += len(indices) - 1
-        return self._split_update(*self._join(parts, indices, record))
+        return self._split_update(*joined)
 
     def _join(self, parts: _Parts, indices: list[int],
               last: RawRecord) -> tuple[RawRecord, dict[str, Any]]:
+        """The whole event of complete segments; raises :class:`SegmentError` when they do not
+        join (text and bytes or objects mixed, or a result that cannot be encoded again)."""
         first = parts.parts[indices[0]][1]
         fragments = [parts.parts[i][1].get("data") for i in indices]
         doc = {k: v for k, v in first.items() if k not in ("splitindex", "splittotalcnt")}
         doc["segmentindex"] = indices[0]
         doc["finalsegment"] = True
-        if all(isinstance(f, bytes | bytearray) for f in fragments):
-            doc["data"] = b"".join(fragments)  # type: ignore[arg-type]
-            value = ces_avro.encode_envelope(doc)
-        elif all(isinstance(f, str) for f in fragments):
-            text = "".join(fragments)  # type: ignore[arg-type]
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # a producer cut a surrogate pair: rejoin the halves
-                text = text.encode("utf-16", "surrogatepass").decode("utf-16")
-            doc["data"] = text
-            value = json_encode(doc)
-        else:
-            raise EnvelopeError("CES segments mix data types")
+        try:
+            if all(isinstance(f, bytes | bytearray) for f in fragments):
+                doc["data"] = b"".join(fragments)  # type: ignore[arg-type]
+                value = ces_avro.encode_envelope(doc)
+            elif all(isinstance(f, str) for f in fragments):
+                text = "".join(fragments)  # type: ignore[arg-type]
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # a producer cut a surrogate pair: rejoin the halves
+                    text = text.encode("utf-16", "surrogatepass").decode("utf-16")
+                doc["data"] = text
+                value = json_encode(doc)
+            else:
+                kinds = sorted({_DATA_KINDS.get(f.__class__, f.__class__.__name__)
+                                for f in fragments})
+                raise SegmentError(f"CES segments of one event mix data types ({', '.join(kinds)})"
+                                   "; only text or only bytes segments join")
+        except UnicodeDecodeError as exc:
+            raise SegmentError(f"CES segments join into invalid text: {exc.reason}") from exc
+        except (ValueError, OverflowError, TypeError) as exc:  # the serializer refused it
+            raise SegmentError(f"CES segments join into an event that cannot be encoded: "
+                               f"{exc}") from exc
         return RawRecord(last.topic, last.partition, last.offset, last.timestamp, last.key,
                          value, last.headers), doc
 
@@ -206,14 +274,20 @@ class CesAssembler:
         while self.counters.held > self.options.max_pending_segments and self._pending:
             self._expire(next(iter(self._pending)), "more than max_pending_segments held")
 
-    def _expire(self, logical_id: str, why: str) -> None:
+    def _expire(self, logical_id: str, why: str, *, reason: str | None = None) -> None:
+        """Every held segment of ``logical_id`` becomes a dead letter, and so do its segments
+        arriving later: the event is incomplete (``why``), or its segments do not join
+        (``reason``, the message)."""
         parts = self._pending.pop(logical_id)
         indices = sorted(parts.parts)
         expected = (f"{parts.total} (splittotalcnt)" if parts.total is not None else
                     f"final index {parts.final_index}" if parts.final_index is not None
                     else "no final segment seen")
-        message = (f"CES logicalid {logical_id}: segments {indices} of an incomplete event "
-                   f"({expected}; {why}); a missing segment is reported, not guessed")
+        if reason is not None:
+            message = f"CES logicalid {logical_id}: segments {indices}: {reason}"
+        else:
+            message = (f"CES logicalid {logical_id}: segments {indices} of an incomplete event "
+                       f"({expected}; {why}); a missing segment is reported, not guessed")
         for index in indices:
             raw = parts.parts[index][0]
             self._dead.append(DeadLetter.of(SegmentError(message, raw), raw))

@@ -16,8 +16,9 @@ changed (``pkkey`` differs from the key columns of ``old``) as two records, the 
 create half, which the translator pairs back into one update with ``key_changed`` (or emits
 separately with ``--no-pairing``), exactly like Debezium's delete + create of a key change.
 
-:class:`CesDecoder` (inside :class:`~debezium_bridge.formats.debezium.decode.Decoder`, which detects CES by its
-``type``, or by the Avro encoding of ``specversion`` ``"1.0"``) turns one whole event into a
+:class:`CesDecoder` (inside :class:`~debezium_bridge.formats.debezium.decode.Decoder`, which
+detects CES by its ``type``, or by the Avro encoding of ``specversion`` ``"1.0"``) turns one
+whole event into a
 ``ChangeEvent``: ``INS`` → ``c``, ``UPD`` → ``u``, ``DEL`` → ``d``; ``old``/``current`` (``"{}"``
 = no image) and ``pkkey`` values converted back through ``cols[].type``
 (:func:`debezium_bridge.formats.ces.render.parser`); ``time`` → commit time; ``commitlsn`` (or the
@@ -33,12 +34,12 @@ record has VLF 0 — and ``event_serial_no`` is 1 for ``INS``/``DEL`` and 2 for 
 numbering: an update is a CDC 3+4 row pair); the halves of a key change get 1 and 2 (Debezium's
 delete + create of a primary-key update).
 
-Accepted revisions: MF-26 (``segmentindex``/``finalsegment``, compact ``data``), MF-25
-(``splitindex``/``splittotalcnt``, pretty ``data``, no ``transaction``: the commit LSN and the
-sequence number then come from ``logicalid``), ``datacontenttype`` ``application/json`` or
-``application/avro-json`` (or anything else), ``\\/`` escapes, and the tolerant cases of the
-non-conformant README illustration (``data`` as a JSON object, ``"old": null``, no
-``logicalid`` when ``transaction`` is there).
+Accepted revisions: the current one (``segmentindex``/``finalsegment``, compact ``data``),
+the 2025 one (``splitindex``/``splittotalcnt``, pretty ``data``, no ``transaction``: the
+commit LSN and the sequence number then come from ``logicalid``), ``datacontenttype``
+``application/json`` or ``application/avro-json`` (or anything else), ``\\/`` escapes, and the
+tolerant cases of the non-conformant README illustration (``data`` as a JSON object,
+``"old": null``, no ``logicalid`` when ``transaction`` is there).
 """
 
 from __future__ import annotations
@@ -188,9 +189,6 @@ class CesDecoder:
             if exc.record is None:
                 exc.record = record
             raise
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise EnvelopeError(f"malformed CES event: {type(exc).__name__}: {exc}",
-                                record) from exc
 
     def _decode(self, record: RawRecord, doc: dict[str, Any] | None) -> ChangeEvent | SideRecord:
         if doc is None:

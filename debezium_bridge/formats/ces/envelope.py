@@ -10,6 +10,7 @@ import msgspec
 
 from debezium_bridge.errors import DecodeError, EnvelopeError, RecordError
 from debezium_bridge.formats.ces import avro as ces_avro
+from debezium_bridge.formats.debezium.avro_reader import fastavro_reason
 
 HALF_HEADER = "debezium-bridge.ces.half"
 """Header :class:`CesAssembler` puts on the two halves of a key-changing ``UPD``
@@ -41,7 +42,13 @@ def parse_envelope(value: bytes) -> dict[str, Any]:
     """The envelope of a CES event as a dict (``data``: str, bytes or, non-conformant, an
     object). Raises :class:`DecodeError`."""
     if value[:4] == ces_avro.AVRO_MAGIC:
-        return ces_avro.decode_envelope(value)
+        try:
+            return ces_avro.decode_envelope(value)
+        except DecodeError as exc:
+            cause = exc.__cause__
+            if cause is None:
+                raise
+            raise DecodeError(f"not a CES Avro ChangeEvent ({fastavro_reason(cause)})") from cause
     try:
         doc = json_decode(value)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:

@@ -9,14 +9,19 @@ epoch integers) that the JSON path sees, and one set of converters serves both.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import fastavro
 import msgspec
 
-from debezium_bridge.errors import DecodeError, EnvelopeError, SchemaError
-from debezium_bridge.formats.debezium.avro_reader import Projection, compile_reader
+from debezium_bridge.errors import DecodeError, EnvelopeError, SchemaError, ValueConversionError
+from debezium_bridge.formats.debezium.avro_reader import (
+    Projection,
+    compile_reader,
+    fastavro_reason,
+)
 from debezium_bridge.formats.debezium.envelope import (
     Envelope,
     RowDecoderLike,
@@ -30,6 +35,7 @@ from debezium_bridge.model.change import ChangeEvent, SideRecord
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.model.schema import Column, TableSchema
 
+log = logging.getLogger(__name__)
 _AVRO_PRIMITIVES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _AVRO_TO_CONNECT = {"int": "int32", "long": "int64", "float": "float32", "double": "float64",
@@ -134,7 +140,15 @@ def envelope_row_schema(schema: Mapping[str, Any]) -> TableSchema | None:
 
 
 def _latin1_bytes(value: Any) -> Any:
-    return value.encode("latin-1") if isinstance(value, str) else value
+    """Avro-JSON bytes: each byte is one character U+0000..U+00FF."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise ValueConversionError(
+            f"Avro-JSON bytes hold a character beyond U+00FF ({value[exc.start]!r} at "
+            f"{exc.start}); bytes are written as ISO-8859-1 text") from exc
 
 
 class _AvroJsonRows:
@@ -148,7 +162,11 @@ class _AvroJsonRows:
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         for name in self._bytes:
             if name in row:
-                row[name] = _latin1_bytes(row[name])
+                try:
+                    row[name] = _latin1_bytes(row[name])
+                except ValueConversionError as exc:
+                    exc.message = f"column {name!r}: {exc.message}"
+                    raise
         return self._rows.decode(row)
 
 
@@ -167,10 +185,11 @@ def _is_envelope(parsed: Any) -> bool:
 
 
 class _Compiled:
-    __slots__ = ("columns", "parsed", "read", "rows")
+    __slots__ = ("columns", "fallbacks", "parsed", "read", "rows")
 
     def __init__(self, parsed: Any, rows: Any, columns: tuple[str, ...] | None,
                  keep: Projection | None) -> None:
+        self.fallbacks = 0
         self.parsed = parsed
         self.read = compile_reader(parsed, keep)
         self.rows = rows
@@ -182,9 +201,9 @@ def _fastavro_read(raw: bytes, parsed: Any) -> tuple[Any, int]:
     buffer.seek(5)
     try:
         datum = fastavro.schemaless_reader(buffer, parsed, None)
-    except Exception as exc:
-        raise DecodeError(f"Avro payload does not match its schema: "
-                          f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # fastavro's errors on bad data: EOFError, IndexError, ValueError...
+        raise DecodeError(f"Avro payload does not match its schema ({fastavro_reason(exc)})"
+                          ) from exc
     return datum, buffer.tell()
 
 
@@ -223,8 +242,13 @@ class AvroDecoder:
     def _read(raw: bytes, compiled: _Compiled) -> Any:
         try:
             datum, end = compiled.read(raw, 5)
-        except Exception:  # odd or broken input: fastavro, the reference, decodes or explains it
+        except Exception as exc:  # odd or broken input: fastavro, the reference, decides
             datum, end = _fastavro_read(raw, compiled.parsed)
+            if compiled.fallbacks == 0:  # fastavro read what the generated reader declined
+                log.warning("Avro schema id %d: the generated reader declined a record that "
+                            "fastavro reads (%s: %s); such records take the slower path",
+                            int.from_bytes(raw[1:5], "big"), type(exc).__name__, exc)
+            compiled.fallbacks += 1
         if end != len(raw):
             raise DecodeError(f"Avro payload has {len(raw) - end} trailing bytes")
         return datum
@@ -305,6 +329,10 @@ def unwrap_avro_json(doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         unwrapped = unwrap_avro_value(value)
         wrapped = wrapped or unwrapped is not value
         if unwrapped.__class__ is dict and name in ("before", "after", "source", "transaction"):
-            unwrapped = {k: unwrap_avro_value(v) for k, v in unwrapped.items()}
+            try:
+                unwrapped = {k: unwrap_avro_value(v) for k, v in unwrapped.items()}
+            except ValueConversionError as exc:
+                exc.message = f"{name}: {exc.message}"
+                raise
         out[name] = unwrapped
     return out, wrapped

@@ -255,3 +255,15 @@ def compile_reader(parsed: Any, keep: Projection | None = None) -> Reader:
     namespace = dict(generator.constants)
     exec(compile(source, "<avro reader>", "exec"), namespace)
     return namespace["read"]  # type: ignore[no-any-return]
+
+
+def fastavro_reason(exc: BaseException) -> str:
+    """What an error of ``fastavro.schemaless_reader`` on bad data says about the data."""
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, EOFError | struct.error):
+        return f"the data ends early: {detail}"
+    if isinstance(exc, IndexError):  # a union branch, enum symbol or length past its end
+        return f"an index or length in the data is out of range: {detail}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a string is not UTF-8: {exc.reason} at byte {exc.start}"
+    return detail

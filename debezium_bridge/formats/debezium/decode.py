@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import msgspec
 
 from debezium_bridge.errors import (
+    ConfigError,
     DecodeError,
     EnvelopeError,
     KeyDecodeError,
@@ -116,7 +117,10 @@ def _envelope_row_schema(schema: Any) -> TableSchema | None:
         return None
     if not isinstance(schema, dict) or schema.get("type") != "struct":
         raise SchemaError("envelope schema is not a Connect struct")
-    for field in schema.get("fields") or ():
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        raise SchemaError("envelope schema has no 'fields' list")
+    for field in fields:
         if isinstance(field, dict) and field.get("field") in ("after", "before"):
             return table_from_connect(field)
     return None
@@ -149,9 +153,12 @@ class Decoder:
         learn SQL column types this way); see :meth:`add_schema_listener`."""
         self.ces = ces
         """The decoder of CES CloudEvents (``None``: CES records are rejected)."""
-        self._file_rows: dict[str, RowDecoder] = {
-            name: self._row_decoder(schema) for name, schema in self.options.table_schemas.items()
-        }
+        self._file_rows: dict[str, RowDecoder] = {}
+        for name, schema in self.options.table_schemas.items():
+            try:
+                self._file_rows[name] = self._row_decoder(schema)
+            except SchemaError as exc:
+                raise ConfigError(f"table schema {name!r}: {exc.message}") from exc
 
     def add_schema_listener(self, listener: Callable[[TableSchema], None]) -> None:
         """Call ``listener`` with every row schema compiled from now on (and the table-schema
@@ -165,10 +172,11 @@ class Decoder:
         return self._schemaless if schema is None else self._row_decoder(schema)
 
     def _row_decoder(self, schema: TableSchema) -> RowDecoder:
+        rows = RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
+                          binary_mode=self.options.binary_handling_mode)  # checks the schema
         for listener in self.schema_listeners:
             listener(schema)
-        return RowDecoder(schema, placeholder=self.options.unavailable_value_placeholder,
-                          binary_mode=self.options.binary_handling_mode)
+        return rows
 
     def _ces_decoder(self) -> CloudEventDecoder:
         if self.ces is None:
@@ -257,6 +265,10 @@ class Decoder:
             raise
         except _BAD_TEXT as exc:
             raise DecodeError(f"invalid JSON: {type(exc).__name__}: {exc}", record) from exc
+        except msgspec.ValidationError as exc:  # typed parts (Envelope, Source) of the JSON
+            raise EnvelopeError(f"malformed envelope: {exc}", record) from exc
+        except msgspec.DecodeError as exc:  # the JSON text itself, wherever it is parsed
+            raise DecodeError(f"invalid JSON: {exc}", record) from exc
 
     def _from_payload(self, record: RawRecord, payload: bytes, rows: RowDecoderLike,
                       columns: tuple[str, ...] | None) -> ChangeEvent | SideRecord:
@@ -408,7 +420,6 @@ def load_table_schemas(path: str) -> dict[str, TableSchema]:
     one schema-ful message) or an Avro record schema.
     """
     from debezium_bridge.config import load_config_file
-    from debezium_bridge.errors import ConfigError
 
     out: dict[str, TableSchema] = {}
     for name, schema in load_config_file(path).items():

@@ -28,13 +28,12 @@ import fastavro
 import msgspec
 
 from debezium_bridge.errors import ConfigError, SchemaError
+from debezium_bridge.formats.debezium.connect_schema import avro_schema_for, connect_struct_schema
 from debezium_bridge.formats.debezium.sqltypes import (
     DEFAULT_MODES,
     ConnectorModes,
     SqlColumn,
-    avro_schema_for,
     connect_column,
-    connect_struct_schema,
     sql_value_encoder,
 )
 from debezium_bridge.model.schema import json_type_name
