@@ -442,8 +442,15 @@ class CdcDecoder:
             merged: Iterable[_Unit] = unit_lists[0]
         else:
             merged = heapq.merge(*unit_lists, key=lambda u: u.seqval)
+        events: list[tuple[ChangeEvent, int]] = []
         for unit in merged:
-            self._emit(unit, self._streams[unit.table.instance.name])
+            self._emit(unit, self._streams[unit.table.instance.name], events)
+        # numbered in the connector's order; handed on in position order (direct mode's
+        # __$command_id order need not follow __$seqval, and the translator takes a position
+        # below its partition's mark for a replay)
+        events.sort(key=lambda item: (item[0].sort_key, item[0].op != "d"))
+        for event, records in events:
+            self.sink.process_event(event, records)
 
     def _deduplicated(self, rows: list[_Row]) -> list[_Row]:
         rows.sort(key=lambda r: r.order)
@@ -506,7 +513,8 @@ class CdcDecoder:
         return units
 
     # -- events ---------------------------------------------------------------------------
-    def _emit(self, unit: _Unit, stream: _Stream) -> None:
+    def _emit(self, unit: _Unit, stream: _Stream,
+              events: list[tuple[ChangeEvent, int]]) -> None:
         last = unit.rows[-1]
         # SqlServerOffsetContext#setChangePosition: rows consumed at this position
         count = 2 if unit.op == UPDATE_NEW else 1
@@ -527,12 +535,12 @@ class CdcDecoder:
             new_key = self._key(table, after)
             old_key = self._key(table, before) if before is not None else new_key
             if old_key != new_key:
-                self._key_change(unit, serial, before, after, old_key, new_key, unavailable,
-                                 changed)
+                events += self._key_change(unit, serial, before, after, old_key, new_key,
+                                           unavailable, changed)
                 return
             event = self._event(last, table, "u", new_key, before, after, unavailable, serial,
                                 changed)
-            self.sink.process_event(event, len(unit.rows))
+            events.append((event, len(unit.rows)))
             return
         values, unavailable = decode(dict(last.values))
         if unit.op == DELETE:
@@ -541,11 +549,12 @@ class CdcDecoder:
         else:
             event = self._event(last, table, "c", self._key(table, values), None, values,
                                 unavailable, serial, None)
-        self.sink.process_event(event, 1)
+        events.append((event, 1))
 
     def _key_change(self, unit: _Unit, serial: int, before: dict[str, Any] | None,
                     after: dict[str, Any], old_key: dict[str, Any], new_key: dict[str, Any],
-                    unavailable: tuple[str, ...], changed: tuple[str, ...] | None) -> None:
+                    unavailable: tuple[str, ...], changed: tuple[str, ...] | None
+                    ) -> list[tuple[ChangeEvent, int]]:
         old_row, new_row = unit.rows
         table = unit.table
         d = self._event(new_row, table, "d", old_key, before, None, unavailable, serial, changed,
@@ -554,8 +563,7 @@ class CdcDecoder:
                         partner=old_key)
         if self.ledger is not None:
             self.ledger.add(table.table_id, c.seq, old_key, new_key)
-        self.sink.process_event(d, 1)
-        self.sink.process_event(c, 1)
+        return [(d, 1), (c, 1)]
 
     @staticmethod
     def _key(table: PreparedTable, image: dict[str, Any] | None) -> dict[str, Any]:
