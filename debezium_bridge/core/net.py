@@ -17,7 +17,12 @@ window, carrying the key's final state:
   ``__$update_mask``; the SQL Server shaped rows (:func:`net_rows`) show it only in that mode
   and only for updates, NULL otherwise, as the function does;
 * a column not sent by a change (unchanged LOB) keeps the value it had earlier in the window;
-  it stays in ``unavailable_columns`` only when the window never saw its value;
+  it stays in ``unavailable_columns`` only when the window never saw its value. A key change
+  moves the row: such a column takes the old key's value; when the window never saw that
+  either, the new key's record names the key whose row was moved (``old_key``,
+  ``key_changed``) and comes first, before any record that changes that row, so that an
+  applier takes the value from the row as it was before the window (:func:`apply_changes`
+  does);
 * ``position``, ``seq`` and ``commit_ts`` are those of the key's last change in the window.
 
 Snapshot reads, truncates and upserts are not changes of a window and are counted as
@@ -159,7 +164,7 @@ class _Key:
     """What the window did to one key."""
 
     __slots__ = ("changed", "columns", "existed", "exists", "first_before", "image", "key",
-                 "last", "lineage", "table", "unavailable")
+                 "last", "lineage", "origin", "table", "unavailable")
 
     def __init__(self, table: TableRef, key: dict[str, Any], existed: bool,
                  first_before: dict[str, Any] | None, unavailable: Iterable[str]) -> None:
@@ -174,6 +179,10 @@ class _Key:
         self.columns: list[str] = list(first_before or ())
         self.last: ChangeRecord | None = None
         self.lineage: list[LineageRef] = []
+        self.origin: tuple[dict[str, Any], str] | None = None
+        """(key, seq of the key change) of the row before the window that key changes moved
+        here, while a column they did not send is still unknown (the applier takes it from that
+        key's row as it was before the window)."""
 
 
 class NetChanges:
@@ -211,8 +220,21 @@ class NetChanges:
         if self.max_commit_lsn is None or commit > self.max_commit_lsn:
             self.max_commit_lsn = commit
         if record.op == "update" and record.key_changed and record.old_key is not None:
+            # the row moves: a column the change did not send keeps the OLD key's value
+            carry = self._keys.get((record.table_id, key_identity(record.old_key)))
+            if carry is not None and carry.image is not None:
+                known, unknown = dict(carry.image), set(carry.unavailable)
+                origin = carry.origin or (record.old_key, record.seq)
+            else:  # the row the window never saw before: its unsent columns are pre-window
+                known, unknown = {}, set(record.unavailable_columns)
+                origin = (record.old_key, record.seq)
+            for column, value in (record.before or {}).items():
+                if value is not None or column not in record.unavailable_columns:
+                    known[column] = value
+                    unknown.discard(column)
             self._piece(record, record.old_key, "delete", record.before, None)
-            self._piece(record, record.key, "insert", None, record.after)
+            self._piece(record, record.key, "insert", None, record.after,
+                        carry=(origin, known, unknown))
         elif record.op == "update":
             self._piece(record, record.key, "update", record.before, record.after)
         elif record.op == "insert":
@@ -221,7 +243,9 @@ class NetChanges:
             self._piece(record, record.key, "delete", record.before, None)
 
     def _piece(self, record: ChangeRecord, key: dict[str, Any], op: str,
-               before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+               before: dict[str, Any] | None, after: dict[str, Any] | None,
+               carry: tuple[tuple[dict[str, Any], str], dict[str, Any], set[str]] | None = None
+               ) -> None:
         ident = (record.table_id, key_identity(key))
         state = self._keys.get(ident)
         unavailable = record.unavailable_columns
@@ -243,9 +267,18 @@ class NetChanges:
                 state.changed.update(after)
                 state.unavailable = set()
                 state.image = None
+                state.origin = None
+                if carry is not None:  # a key change: what it did not send, the old row had
+                    origin, known, unknown = carry
+                    state.image = known
+                    state.unavailable = unknown
+                    if any(c in unknown for c in unavailable if after.get(c) is None):
+                        state.origin = origin
             else:
                 state.changed.update(record.changed_columns)
             self._merge_image(state, after, unavailable)
+            if not state.unavailable:
+                state.origin = None
             state.exists = True
         state.last = record
         for ref in record.lineage:
@@ -272,7 +305,7 @@ class NetChanges:
 
     def result(self) -> list[ChangeRecord]:
         """The net change records, in the order of each key's last change."""
-        out: list[ChangeRecord] = []
+        out: list[tuple[tuple[Any, ...], ChangeRecord]] = []
         merge = self.mode == "all-with-merge"
         for (table_id, key_id), state in self._keys.items():
             last = state.last
@@ -299,17 +332,24 @@ class NetChanges:
                               last.event_id.encode(),
                               (self.window.from_lsn or b""), (self.window.to_lsn or b"")]),
                 digest_size=16).hexdigest()
-            out.append(ChangeRecord(
+            origin = state.origin if state.exists and unavailable else None
+            # records that read a row as it was before the window come first, in the order of
+            # their key changes; then by position, deletes last at one position
+            order_key = ((0, origin[1]) if origin is not None else
+                         (1, last.seq, op == "delete", key_id, table_id))
+            out.append((order_key, ChangeRecord(
                 op=op,  # type: ignore[arg-type]
-                table=state.table, table_id=table_id, key=state.key, old_key=None,
-                key_changed=False, before=before, after=after, changed_columns=changed,
+                table=state.table, table_id=table_id, key=state.key,
+                old_key=None if origin is None else origin[0],
+                key_changed=origin is not None, before=before, after=after,
+                changed_columns=changed,
                 unavailable_columns=unavailable, position=last.position, seq=last.seq,
                 commit_ts=last.commit_ts, capture_ts=last.capture_ts, tx=last.tx,
                 snapshot="false", source=last.source, lineage=list(state.lineage),
-                event_id=event_id))
-        out.sort(key=lambda r: (r.seq, key_identity(r.key), r.table_id))
+                event_id=event_id)))
+        out.sort(key=lambda item: item[0])
         self.counters.net_out = len(out)
-        return out
+        return [record for _, record in out]
 
 
 def net_changes(records: Iterable[ChangeRecord], window: Window | None = None,
@@ -335,14 +375,15 @@ def apply_changes(state: MutableMapping[tuple[str, bytes], dict[str, Any]],
             if change.op == "read" and change.after is not None:
                 state[(change.table_id, key_identity(change.key))] = dict(change.after)
             continue
-        if change.key_changed and change.old_key is not None:
-            state.pop((change.table_id, key_identity(change.old_key)), None)
         ident = (change.table_id, key_identity(change.key))
+        previous = state.get(ident)
+        if change.key_changed and change.old_key is not None:
+            # the row moved: what the change did not send is the old key's
+            previous = state.pop((change.table_id, key_identity(change.old_key)), None)
         if change.op == "delete":
             state.pop(ident, None)
             continue
         row = dict(change.after or {})
-        previous = state.get(ident)
         for column in change.unavailable_columns:
             if previous is not None and column in previous and row.get(column) is None:
                 row[column] = previous[column]
