@@ -33,7 +33,6 @@ from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.formats.debezium.envelope import key_identity
 from debezium_bridge.formats.debezium.registry import FileSchemaResolver, InMemoryRegistry
 from debezium_bridge.model.change import ChangeRecord
-from debezium_bridge.model.lsn import increment_lsn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.output import Output
 from tests.unit.cdc_model import CdcModel, Change, as_state
