@@ -10,6 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 
 from debezium_bridge.core.net import Window
 from debezium_bridge.formats.cdc import load_capture_instances
+from tests.paths import ROOT
 from tests.unit.cdc_model import CdcModel, Change
 from tests.unit.cdc_support import describe
 
@@ -104,3 +108,33 @@ def test_net_changes_in_spark(spark: Any, tmp_path: Path) -> None:
     expected |= {k: 4 for k in after if k in before and after[k] != before[k]}
     assert got == expected
     assert {r.format for r in rows} == {"rows", "flat"}
+
+
+def test_the_documented_spark_example(spark: Any, tmp_path: Path) -> None:
+    """docs/cdc.md's Spark example, run as written over the sqlcmd export of the CLI example, in
+    a Spark session started in the example's directory (Spark resolves relative paths against
+    the JVM's working directory)."""
+    from tests.unit.cdc_examples_support import examples, model, write_sqlcmd_exports
+
+    write_sqlcmd_exports(tmp_path, model())
+    (tmp_path / "example.py").write_text(examples()["spark"])
+    script = (
+        "import os, sys\n"
+        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = (SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')"
+        ".config('spark.sql.shuffle.partitions', '2')"
+        ".config('spark.sql.session.timeZone', 'UTC').getOrCreate())\n"
+        "spark.sparkContext.setLogLevel('ERROR')\n"
+        "exec(compile(open('example.py').read(), 'docs/cdc.md (spark example)', 'exec'))\n"
+        "spark.stop()\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    flat = [json.loads(line) for line in spark.read.text(str(tmp_path / "orders_flat"))
+            .toPandas()["value"]]
+    assert sorted((r["__op"], r["id"]) for r in flat) == sorted([
+        ("insert", 1), ("insert", 2), ("update", 1), ("delete", 2), ("update", 7),
+        ("delete", 1)])
+    assert spark.read.parquet(str(tmp_path / "orders_rejected")).count() == 0

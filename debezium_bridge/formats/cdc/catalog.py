@@ -21,10 +21,11 @@ by their column names, and files are combined):
   schema}``; an entry may be ``{schema: …, key: [..]}``), the SQL types from the propagated
   source types or the Connect types.
 
-``cdc.captured_columns.column_type`` is the bare type name (``nvarchar``): the length,
-precision and scale then default as in :class:`SqlColumn`; give
-``sys.sp_cdc_get_captured_columns`` (or sizes in the type, ``nvarchar(50)``) for exact Debezium
-output schemas.
+``cdc.captured_columns.column_type`` is the bare type name (``nvarchar``): lengths then default
+as in :class:`SqlColumn` (so an ``nvarchar(max)`` is not known to be one) and a bare ``decimal``
+is refused (its scale is needed to read values); give ``sys.sp_cdc_get_captured_columns`` (or
+sizes in the type, ``nvarchar(50)``) for exact types. A ``database_name`` (or ``db``) column of
+the table rows (``DB_NAME()``) names the database.
 """
 
 from __future__ import annotations
@@ -266,7 +267,8 @@ class _Builder:
             if "captured_column_list" in row or "index_column_list" in row:
                 info = self.instance(str(row["capture_instance"]))
                 info.update(schema=row.get("source_schema"), table=row.get("source_table"),
-                            start_lsn=_lsn(row.get("start_lsn")))
+                            start_lsn=_lsn(row.get("start_lsn")),
+                            db=row.get("database_name") or row.get("db"))
                 info["key"] = _split_list(row.get("index_column_list"))
                 info["listed"] = _split_list(row.get("captured_column_list"))
                 if row.get("object_id") is not None:
@@ -281,6 +283,7 @@ class _Builder:
                 info = self.instance(str(row["capture_instance"]))
                 info.setdefault("schema", row.get("source_schema"))
                 info.setdefault("table", row.get("source_table"))
+                info.setdefault("db", row.get("database_name") or row.get("db"))
                 info["start_lsn"] = info.get("start_lsn") or _lsn(row.get("start_lsn"))
                 self.by_object[str(row["object_id"])] = info["name"]
             elif "tran_end_time" in row and "start_lsn" in row:
@@ -364,7 +367,14 @@ class _Builder:
         columns.sort(key=lambda c: c.ordinal)
         key = tuple(info.get("key") or ())
         _check(name, columns, key)
-        return CaptureInstance(name, TableRef(self.database or "", str(schema), str(table)),
+        for c in columns:
+            if c.sql_type in ("decimal", "numeric"):
+                raise ConfigError(
+                    f"capture instance {name!r}: column {c.name!r} is a bare {c.sql_type!r} "
+                    "(cdc.captured_columns has no precision and scale): describe the columns "
+                    "with sys.sp_cdc_get_captured_columns, or write decimal(p,s)")
+        db = self.database or info.get("db") or ""
+        return CaptureInstance(name, TableRef(str(db), str(schema), str(table)),
                                tuple(columns), key, info.get("start_lsn"))
 
 

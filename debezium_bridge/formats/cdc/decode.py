@@ -9,7 +9,9 @@ This is what ``SqlServerStreamingChangeEventSource#executeIteration`` does with 
    (``__$start_lsn``) at a time per capture instance: any order inside a transaction, but a row
    whose ``__$start_lsn`` is below one already passed is a dead letter (stage ``cdc-order``),
    unless ``cdc.sort_input`` sorts everything first. Tables are merged by
-   ``(__$start_lsn, __$seqval)``, as the connector merges its change-table cursors.
+   ``(__$start_lsn, __$seqval)``, as the connector merges its change-table cursors. Events are
+   numbered in that order and handed on in position order (``__$command_id`` order need not
+   follow ``__$seqval``; the translator would take a lower position for a replay).
 2. **Pairing.** A row 3 (update, old values) and the row 4 that follows it at the same
    ``(__$start_lsn, __$seqval)`` are one update; a 3 without its 4, or a 4 without its 3, is a
    dead letter (stage ``cdc-pairing``; the connector fails its task there). 1 is a delete, 2 an
