@@ -121,10 +121,15 @@ class CdcPipeline:
                                   self.ledger)
         for table in self.decoder.tables.values():
             by_name = {c.name: c for c in table.instance.columns}
-            self.catalog.add(table.table, [
-                CatalogColumn(name, parse_type(by_name[name].sql_type or "nvarchar(max)").text,
-                              index)
-                for index, name in enumerate(table.names)])
+            columns = []
+            for index, name in enumerate(table.names):
+                captured = by_name[name]
+                nullable = (name not in table.key_columns if captured.nullable is None
+                            else captured.nullable)  # key columns are NOT NULL
+                columns.append(CatalogColumn(
+                    name, parse_type(captured.sql_type or "nvarchar(max)").text, index,
+                    nullable=nullable))
+            self.catalog.add(table.table, columns)
 
     @property
     def counters(self) -> Counters:

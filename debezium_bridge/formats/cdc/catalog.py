@@ -64,10 +64,14 @@ class CapturedColumn(msgspec.Struct, frozen=True, gc=False):
     sql_type: str | None
     """The SQL type (``nvarchar(50)``); ``None`` when unknown (values are then text)."""
     is_computed: bool = False
+    nullable: bool | None = None
+    """Whether the source column allows NULL (``None``: not described; key columns are taken
+    as NOT NULL, the others as nullable)."""
 
     @property
     def sql_column(self) -> SqlColumn:
-        return SqlColumn(self.name, self.sql_type or "nvarchar(max)")
+        return SqlColumn(self.name, self.sql_type or "nvarchar(max)",
+                         nullable=self.nullable is not False)
 
     @property
     def is_max(self) -> bool:
@@ -187,6 +191,12 @@ def _int(value: Any) -> int | None:
 
 def _bool(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes")
+
+
+def _nullable(value: Any) -> bool | None:
+    if value is None or value == "":
+        return None
+    return _bool(value)
 
 
 def _lsn(value: Any) -> bytes | None:
@@ -351,14 +361,15 @@ class _Builder:
                     _int(row.get("column_id")),
                     _type_text(str(row["data_type"]), row.get("character_maximum_length"),
                                row.get("numeric_precision"), row.get("numeric_scale"),
-                               row.get("datetime_precision"))))
+                               row.get("datetime_precision")),
+                    nullable=_nullable(row.get("is_nullable"))))
         elif "captured" in info:
             for row in info["captured"]:
                 columns.append(CapturedColumn(
                     str(row["column_name"]), _int(row["column_ordinal"]) or 0,
                     _int(row.get("column_id")),
                     str(row["column_type"]).strip().lower() if row.get("column_type") else None,
-                    _bool(row.get("is_computed"))))
+                    _bool(row.get("is_computed")), _nullable(row.get("is_nullable"))))
         elif "listed" in info:
             columns = [CapturedColumn(n, i, None, None)
                        for i, n in enumerate(info["listed"], start=1)]
@@ -421,13 +432,15 @@ def _hand_written(name: str, entry: Mapping[str, Any], database: str | None,
             ctype = low.get("type") or low.get("sql_type") or low.get("column_type")
             column_id = _int(low.get("column_id"))
             computed = _bool(low.get("is_computed"))
+            nullable = _nullable(low.get("is_nullable", low.get("nullable")))
         elif isinstance(item, list | tuple) and len(item) == 2:
             cname, ctype = str(item[0]), item[1]
-            column_id, computed = None, False
+            column_id, computed, nullable = None, False, None
         else:
             raise ConfigError(f"{source}: {name}: column {item!r:.60} is not [name, type]")
         columns.append(CapturedColumn(cname, ordinal, column_id,
-                                      str(ctype).strip() if ctype else None, computed))
+                                      str(ctype).strip() if ctype else None, computed,
+                                      nullable))
     key = tuple(str(k) for k in entry.get("key") or entry.get("key_columns") or ())
     _check(name, columns, key)
     return CaptureInstance(name, TableRef(database or str(entry.get("database") or db), schema,
@@ -455,7 +468,8 @@ def _from_table_schema(name: str, entry: Mapping[str, Any], database: str | None
     columns = []
     for ordinal, column in enumerate(schema.columns, start=1):
         sql, _exact = column_type(column)
-        columns.append(CapturedColumn(column.name, ordinal, ordinal, sql.text))
+        columns.append(CapturedColumn(column.name, ordinal, ordinal, sql.text,
+                                      nullable=column.optional))
     key = tuple(str(k) for k in entry.get("key") or ()) if isinstance(entry, Mapping) else ()
     instance_name = f"{schema_name}_{table}"
     _check(instance_name, columns, key)

@@ -124,14 +124,15 @@ class DebeziumOutCounters(msgspec.Struct, kw_only=True):
 _VERSION_RE = re.compile(r"\d+\.\d+")
 
 
-def _sql_column(name: str, type_text: str) -> SqlColumn:
+def _sql_column(name: str, type_text: str, nullable: bool = True) -> SqlColumn:
     """A :class:`SqlColumn` of a ``cols``-style type; types sqltypes does not model (UDTs,
     sql_variant, ...) are written as ``nvarchar(max)`` text."""
-    column = SqlColumn(name, "nvarchar(128)" if type_text == "sysname" else type_text)
+    column = SqlColumn(name, "nvarchar(128)" if type_text == "sysname" else type_text,
+                       nullable=nullable)
     try:
         column_spec(column)
     except SchemaError:
-        return SqlColumn(name, "nvarchar(max)")
+        return SqlColumn(name, "nvarchar(max)", nullable=nullable)
     return column
 
 
@@ -197,7 +198,8 @@ class DebeziumWriter:
         if found is None:
             table = TableSpec(db=record.table.db, schema=record.table.schema,
                               table=record.table.name, key_columns=key_columns,
-                              columns=tuple(_sql_column(c.name, c.type) for c in columns))
+                              columns=tuple(_sql_column(c.name, c.type, c.nullable)
+                                           for c in columns))
             encoder = DebeziumEncoder(table, prefix, modes=self.options.modes,
                                       encoding=self._encoding, version=version,
                                       registrar=self.registrar)
