@@ -423,3 +423,41 @@ def test_export_spellings_read_the_same(export: str, tmp_path: Path) -> None:
 def test_kafka_dumps_are_not_taken_for_change_table_rows() -> None:
     assert not is_cdc_export(b'{"topic":"t","partition":0,"offset":1,"key_b64":null}')
     assert not is_cdc_export(b"1\t{\"before\":null}")
+
+
+def test_debezium_envelope_of_an_insert_is_the_connectors(tmp_path: Path) -> None:
+    """The connector's envelope for one insert row (reference: the 2.7+ envelope field order
+    before, after, source, transaction, op, ts_ms, ts_us, ts_ns; the source struct version,
+    connector, name, ts_ms, snapshot, db, sequence, ts_us, ts_ns, schema, table, change_lsn,
+    commit_lsn, event_serial_no; Decimal as BigInteger bytes; source.ts_ms the commit time). The
+    processing-time fields (envelope ts_*) are null here, there being no connector clock."""
+    from debezium_bridge.formats.debezium.writer import DebeziumOutOptions
+    from debezium_bridge.output import OutputSettings
+
+    rows = [row(A + 10, A + 2, 2, ALL, **_base(1), **{"__$commit_time": "2024-01-02 03:04:05.123"})]
+    result = run(rows, tmp_path, topic_prefix="shop")
+    settings = OutputSettings(debezium=DebeziumOutOptions(json_schemas=False))
+    out = Output(["debezium"], settings, catalog=result.pipeline.catalog,
+                 ledger=result.pipeline.ledger)
+    [record] = out.encode(result.changes[0])
+    ms = 1704164645123
+    expected = {
+        "before": None,
+        "after": {"id": 1, "name": "n1", "amount": "AJY=", "notes": "long text", "flag": True},
+        "source": {"version": "3.6.0.Final", "connector": "sqlserver", "name": "shop",
+                   "ts_ms": ms, "snapshot": "false", "db": "testDB", "sequence": None,
+                   "ts_us": ms * 1000, "ts_ns": ms * 1_000_000, "schema": "dbo",
+                   "table": "orders", "change_lsn": "00000025:00000d08:0002",
+                   "commit_lsn": "00000025:00000d08:000a", "event_serial_no": 1},
+        "transaction": None, "op": "c", "ts_ms": None, "ts_us": None, "ts_ns": None}
+    value = msgspec.json.decode(record.value or b"")
+    assert value == expected
+    assert list(value) == list(expected) and list(value["source"]) == list(expected["source"])
+    assert record.topic == "shop.testDB.dbo.orders"
+    assert msgspec.json.decode(record.key or b"") == {"id": 1}
+    # with schemas: the key column is NOT NULL (optional false), the others optional
+    schema_out = Output(["debezium"], catalog=result.pipeline.catalog)
+    [with_schema] = schema_out.encode(result.changes[0])
+    fields = msgspec.json.decode(with_schema.value or b"")["schema"]["fields"][1]["fields"]
+    assert [(f["field"], f["optional"]) for f in fields] == [
+        ("id", False), ("name", True), ("amount", True), ("notes", True), ("flag", True)]
