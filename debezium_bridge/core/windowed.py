@@ -49,8 +49,10 @@ import msgspec
 
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
-from debezium_bridge.core.translator import Translator
-from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SortKey, TableRef
+from debezium_bridge.core.translator import Translator, image_bytes, image_digest
+from debezium_bridge.errors import ReplayMismatchError
+from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SortKey, TableRef, seq_of
+from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
 
 GroupKey = tuple[str, bytes, bytes]
@@ -162,6 +164,9 @@ class _Group(msgspec.Struct, gc=False):
     seen: list[bytes]
     waiting: list[ChangeEvent]
     topic: str = ""
+    digests: list[bytes] = []
+    """:func:`~debezium_bridge.core.translator.image_digest` of each identity in ``seen``, in
+    the same order (state written before it existed has none: its replays are not compared)."""
 
 
 class _TxEnd(msgspec.Struct, array_like=True, gc=False):
@@ -181,6 +186,7 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
 
 
 _encoder = msgspec.msgpack.Encoder()
+_json = msgspec.json.Encoder()
 _decoder = msgspec.msgpack.Decoder(_Stored)
 _marks_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, PartitionMark]])
 
@@ -214,6 +220,9 @@ class WindowState:
     def __init__(self, config: TranslatorConfig | None = None, stored: bytes | None = None,
                  topology: Topology | None = None) -> None:
         self._emitter = Translator(config)
+        self.mismatched: list[ChangeEvent] = []
+        """Events dropped from the waiting state as replays with a different image; see
+        :meth:`drain_mismatches`."""
         self.counters: Counters = self._emitter.counters
         """What this call did (deltas: ``pending`` goes down when earlier events leave)."""
         self.released: dict[str, int] = dict.fromkeys(RELEASE_RULES, 0)
@@ -259,12 +268,18 @@ class WindowState:
             op = event.op  # a replay repeats serial, op and key inside its position group
             identity = encode((event.sort_key[2], op, event.key_id))
             seen = group.seen
-            if identity in seen:
-                # A replay while its group waits. (Room for the CLI's replay-mismatch rule: a
-                # replay whose image differs would be compared with the original here.)
-                counters.duplicates += 1
+            if identity in seen:  # a replay while its group waits: its image must be the same
+                index = seen.index(identity)
+                digests = group.digests
+                if index < len(digests) and digests[index] != image_digest(event):
+                    counters.replay_mismatches += 1
+                    self.mismatched.append(event)
+                else:
+                    counters.duplicates += 1
                 continue
             seen.append(identity)
+            if len(group.digests) == len(seen) - 1:
+                group.digests.append(image_digest(event))
             if op != "r":
                 commit = key[1]
                 commits[commit] = commits.get(commit, 0) + 1
@@ -408,6 +423,23 @@ class WindowState:
     # -- output ---------------------------------------------------------------------------------
     def drain(self) -> list[ChangeRecord]:
         return self._emitter.drain()[0]
+
+    def drain_mismatches(self) -> list[DeadLetter]:
+        """Dead letters (stage ``replay-mismatch``) for the events whose identity repeated one
+        still waiting with a different image. Their value is the decoded images (the raw bytes
+        are not kept after the decode step); the coordinates are the replay's."""
+        out = []
+        for event in self.mismatched:
+            r = event.record
+            raw = RawRecord(r.topic, r.partition, r.offset, r.timestamp,
+                            _json.encode(event.key), image_bytes(event))
+            error = ReplayMismatchError(
+                f"{event.table_id or event.table.table_id} {event.seq or seq_of(event.sort_key)} "
+                f"op {event.op!r}: same position, op and key as an event already seen, but a "
+                "different image (corruption or a different event, not a replay)")
+            out.append(DeadLetter.of(error, raw))
+        self.mismatched = []
+        return out
 
     def next_timeout_ms(self) -> int | None:
         """The lowest commit time still in state (release once the watermark passes it)."""

@@ -198,8 +198,9 @@ class RunCounters:
         v = self.values
         return (f"records_in={v['records_in']} = changes_out={v['changes_out']} + merged="
                 f"{v['merged']} + duplicates={v['duplicates']} + side_records={v['side_records']}"
-                f" + tombstones={v['tombstones']} + dead_letters={v['dead_letters']} + skipped="
-                f"{v['skipped']} + pending={v['pending']} "
+                f" + tombstones={v['tombstones']} + dead_letters={v['dead_letters']}"
+                f" + replay_mismatches={v['replay_mismatches']} + skipped={v['skipped']}"
+                f" + pending={v['pending']} "
                 f"[{'balanced' if self.balanced else 'NOT BALANCED'}] late={v['late']} "
                 f"encode_errors={v['encode_errors']}; released by position="
                 f"{v['released_by_position']} transaction={v['released_by_transaction']} "
@@ -566,10 +567,16 @@ def _pyspark_available() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    missing = "" if _pyspark_available() else f" pyspark is not installed here: {SPARK_EXTRA}."
+    args = list(sys.argv[1:] if argv is None else argv)
+    available = _pyspark_available()
+    if not available and not {"-h", "--help"} & set(args):
+        sys.stderr.write(f"debezium-bridge: the Spark job needs pyspark, which is not "
+                         f"installed: {SPARK_EXTRA}\n")
+        return EXIT_CONFIG
+    missing = "" if available else f" pyspark is not installed here: {SPARK_EXTRA}."
     try:
         config = JobConfig.from_args(
-            sys.argv[1:] if argv is None else argv, prog="debezium-bridge spark",
+            args, prog="debezium-bridge spark",
             description="Run the Spark Structured Streaming translation job (needs the spark "
                         f"extra: {SPARK_EXTRA}).{missing}",
             epilog="Exit status: 0 done, 1 the query failed, 2 configuration error or pyspark "
@@ -578,10 +585,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "checkpoint).")
     except ConfigError as exc:
         sys.stderr.write(f"debezium-bridge: configuration error: {exc}\n")
-        return EXIT_CONFIG
-    if not _pyspark_available():
-        sys.stderr.write(f"debezium-bridge: the Spark job needs pyspark, which is not "
-                         f"installed: {SPARK_EXTRA}\n")
         return EXIT_CONFIG
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

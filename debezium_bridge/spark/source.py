@@ -22,7 +22,6 @@ partitions of every topic and, for ``Trigger.AvailableNow``, where this run ends
 from __future__ import annotations
 
 import json
-import logging
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from debezium_bridge.clients.kafka import client_logger
 from debezium_bridge.core.windowed import Topology
 from debezium_bridge.errors import BridgeError, ConfigError, ServiceError
 from debezium_bridge.spark.workers import leave_sigint_to_the_driver
@@ -69,43 +69,6 @@ computed on the driver before the query starts, so ``translate`` knows them too.
 _CONSUMER_IGNORES = frozenset({"request.timeout.ms"})
 """Java-client settings that librdkafka's consumer does not take (it would warn on every
 client): ``request.timeout.ms`` bounds this source's own waits instead."""
-CLIENT_LOGGER = "debezium_bridge.kafka.client"
-
-
-class _OncePerMessage(logging.Filter):
-    """Let each distinct client message (numbers ignored) through once a minute: librdkafka
-    repeats a failing connection attempt every few hundred milliseconds. The next copy that is
-    let through says how many were held back."""
-
-    PERIOD_S = 60.0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: dict[str, tuple[float, int]] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = re.sub(r"\d+", "#", record.getMessage())  # times, counts, addresses
-        now = time.monotonic()
-        last = self.seen.get(text)
-        if last is not None and now - last[0] < self.PERIOD_S:
-            self.seen[text] = (last[0], last[1] + 1)
-            return False
-        if len(self.seen) > 1000:
-            self.seen.clear()
-        self.seen[text] = (now, 0)
-        if last is not None and last[1]:
-            record.msg = f"{record.msg} ({last[1]} similar messages held back)"
-        return True
-
-
-def client_logger() -> logging.Logger:
-    """The logger confluent-kafka clients of this source log through (``logger`` setting)."""
-    logger = logging.getLogger(CLIENT_LOGGER)
-    if not any(isinstance(f, _OncePerMessage) for f in logger.filters):
-        logger.addFilter(_OncePerMessage())
-    return logger
-
-
 def client_settings(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.*`` options, without the prefix, as librdkafka settings."""
     return {k[6:]: v for k, v in options.items() if k.startswith("kafka.")}

@@ -86,13 +86,15 @@ OUTPUT_COLUMNS = (
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
 DECODE_COUNTERS = ("records_in", "tombstones", "side_records", "skipped", "dead_letters")
 RELEASED_COUNTERS = tuple(f"released_by_{rule}" for rule in RELEASE_RULES)
-RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "late", "pending", "encode_errors",
-                    *RELEASED_COUNTERS)
+RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "replay_mismatches", "late",
+                    "pending", "encode_errors", *RELEASED_COUNTERS)
 INFORMATIONAL_COUNTERS = ("late", "encode_errors", *RELEASED_COUNTERS)
 """Not part of the conservation sum: ``late`` events are also in ``changes_out``; an
 ``encode_errors`` row is a change that one output format could not hold (a dead-letter row for
 that format; the change itself is counted in ``changes_out``); ``released_by_<rule>`` counts the
-waiting events each release rule let go (:data:`~debezium_bridge.core.windowed.RELEASE_RULES`)."""
+waiting events each release rule let go (:data:`~debezium_bridge.core.windowed.RELEASE_RULES`).
+``replay_mismatches`` (events repeating a waiting event's identity with a different image, each
+a dead-letter row) is a term of the sum: the decode step's ``dead_letters`` does not hold them."""
 _STAGE_SCHEMA = ("bucket int, kind tinyint, commit_ms long, clock timestamp, payload binary, "
                  "columns binary, " + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
 _RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
@@ -167,7 +169,7 @@ def _decoder_spec(config: TranslateConfig) -> _DecoderSpec:
     avro = None
     if config.avro_schemas:
         avro = msgspec.json.decode(open(config.avro_schemas, "rb").read())  # noqa: SIM115
-    registry = {**config.registry, "url": config.schema_registry} if config.schema_registry \
+    registry = {**config.registry, "url": str(config.schema_registry)} if config.schema_registry \
         else None
     options = config.decode_options()
     typed = config.needs_column_types
@@ -450,9 +452,10 @@ def _arrow_release_schema() -> Any:
 def _release(window: WindowState, encoder: _Encoder) -> list[Sequence[Any]]:
     released = sorted(window.drain(), key=lambda record: (record.seq, record.event_id))
     rows = [row for record in released for row in encoder.change_rows(record)]
+    rows += [encoder.dead_row(letter) for letter in window.drain_mismatches()]
     c = window.counters
-    return _columns(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending,
-                           encoder.encode_errors,
+    return _columns(rows, (c.changes_out, c.merged, c.duplicates, c.replay_mismatches, c.late,
+                           c.pending, encoder.encode_errors,
                            *(window.released[rule] for rule in RELEASE_RULES)))
 
 

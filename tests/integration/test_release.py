@@ -74,7 +74,7 @@ def test_readme_config_with_available_now_outputs_every_change_without_heartbeat
     changes = tmp_path / "changes"
     for sink in config["sinks"]:
         if sink["kind"] == "parquet":
-            sink["path"] = str(changes)
+            sink["path"] = str(changes if sink["rows"] == "changes" else tmp_path / sink["rows"])
         if sink["kind"] == "kafka":
             sink["options"]["kafka.bootstrap.servers"] = kafka_bootstrap
     config["checkpoint"] = str(tmp_path / "checkpoint")

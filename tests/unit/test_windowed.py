@@ -291,3 +291,24 @@ def test_the_jobs_default_shuffle_partitions_follow_the_buckets_and_the_cores() 
     assert default_shuffle_partitions(64, 2) == 2  # local[2]: not Spark's 200
     assert default_shuffle_partitions(8, 32) == 8  # never more than the state buckets
     assert default_shuffle_partitions(64, 0) == 1
+
+
+def test_a_replay_with_a_different_image_is_a_dead_letter_not_a_duplicate() -> None:
+    """Debezium's replays are identical but for ``ts_ms`` and offsets: a waiting delete repeated
+    with another image is corruption or a different event (the CLI's rule, here for Spark)."""
+    window = WindowState()
+    half, _ = pk_change(4, 40, 7)
+    window.add([(half, COMMIT_MS)], watermark_ms=0)  # the delete waits for its partner
+    same = decoded(event("d", 4, commit=lsn(7), change=lsn(7, 2), serial=1, before=row(4),
+                         partition=0, offset=20))
+    other = decoded(event("d", 4, commit=lsn(7), change=lsn(7, 2), serial=1,
+                          before=row(4, "someone else"), partition=0, offset=21))
+    window.add([(same, COMMIT_MS), (other, COMMIT_MS)], watermark_ms=0)
+    assert (window.counters.duplicates, window.counters.replay_mismatches) == (1, 1)
+    (letter,) = window.drain_mismatches()
+    assert letter.stage == "replay-mismatch" and letter.error_class == "ReplayMismatchError"
+    assert (letter.record.partition, letter.record.offset) == (0, 21)
+    assert window.drain_mismatches() == []
+    restored = WindowState(stored=window.dump())  # the digests survive the state store
+    restored.add([(other, COMMIT_MS)], watermark_ms=0)
+    assert restored.counters.replay_mismatches == 1

@@ -113,7 +113,7 @@ def _snapshot_marker(value: str | bool | None) -> str:
 
 
 def side_record_of_envelope(env: Mapping[str, Any], record: RawRecord) -> SideRecord | None:
-    """Recognise schema-change, transaction and heartbeat values (SPEC §3.1 side topics).
+    """Recognise schema-change, transaction and heartbeat values (side topics).
 
     ``env`` is the decoded value of any converter (JSON payload, Avro record, Avro-JSON), so
     the record's ``ts_ms`` is carried on the :class:`SideRecord` for every converter."""
