@@ -1,4 +1,4 @@
-"""The documented change-table examples (docs/cdc.md, README): the code blocks, and the files
+"""The documented change-table examples (docs/cdc.md): the code blocks, and the files
 the ``sqlcmd`` lines of the CLI example would write, made from the CDC model."""
 
 from __future__ import annotations
@@ -87,8 +87,3 @@ def write_sqlcmd_exports(directory: Path, m: CdcModel) -> None:
                      "1", r["__$commit_time"]])
     (directory / "dbo_orders_CT.csv").write_text(_sqlcmd(header, rows, footer=False))
 
-
-def readme_examples() -> dict[str, str]:
-    """The same examples in the README's change-table section, when the README has it."""
-    readme = ROOT / "README.md"
-    return examples(readme.read_text()) if readme.exists() else {}

@@ -1,6 +1,7 @@
-"""The documented change-table examples run as written (docs/cdc.md; the README's section has
-the same blocks). The ``sqlcmd`` lines are replaced by the files they write (made from the CDC
-model); every ``debezium-bridge`` line runs as is. The Spark example runs in
+"""The documented change-table examples run as written (docs/cdc.md; the README's section reads
+the sample export in docs/examples/cdc and runs in tests/integration/test_readme.py). The
+``sqlcmd`` lines are replaced by the files they write (made from the CDC model); every
+``debezium-bridge`` line runs as is. The Spark example runs in
 tests/integration/test_spark_cdc.py."""
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import pytest
 from debezium_bridge.cli import main
 from debezium_bridge.formats.dumps import read_dump
 from debezium_bridge.model.records import RawRecord
+from tests.paths import ROOT
 from tests.unit.cdc_examples_support import (
     commands,
     examples,
     model,
-    readme_examples,
     write_sqlcmd_exports,
 )
 
@@ -47,9 +48,16 @@ def test_the_documents_have_the_three_examples() -> None:
     assert set(blocks) == {"cli", "spark", "net"}
     for name, block in blocks.items():
         assert len(block.strip().splitlines()) <= 12, name
-    readme = readme_examples()
-    for name, block in readme.items():  # the README's section, once it has one, is the same
-        assert block == blocks[name], f"README example {name!r} differs from docs/cdc.md"
+
+
+def test_the_sample_export_is_what_the_model_writes(tmp_path: Path) -> None:
+    """docs/examples/cdc (read by the README's examples) holds the model's sqlcmd export."""
+    write_sqlcmd_exports(tmp_path, model())
+    sample = ROOT / "docs" / "examples" / "cdc"
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in sample.glob("*.csv"))
+    for name in written:
+        assert (sample / name).read_text() == (tmp_path / name).read_text(), name
 
 
 def test_cli_example(exported: Path) -> None:
