@@ -135,6 +135,24 @@ def test_net_command_modes_and_rows(tmp_path: Path) -> None:
         ("delete", 1), ("delete", 2), ("upsert", 7)]
 
 
+
+def test_net_command_refuses_an_invalid_window_rather_than_answer_nothing(tmp_path: Path) -> None:
+    """WORK ("Query functions"): a bound that is invalid or out of range, or an invalid row
+    filter option, makes the query function fail (Msg 313) rather than return an empty result
+    set, which could not be told from a valid query without changes."""
+    model = _model()
+    export = tmp_path / "rows.csv"
+    export.write_text(_csv(model))
+    out = tmp_path / "net.jsonl"
+    args = ["net", str(export), "--cdc.capture-instances", describe(tmp_path), "-o", str(out)]
+    first, last = (f"0x{lsn:020X}" for lsn in (model.states[0][0], model.states[-1][0]))
+    assert main([*args, "--from-lsn", last, "--to-lsn", first]) == EXIT_USAGE  # from > to
+    assert main([*args, "--from-lsn", "0xZZ"]) == EXIT_USAGE  # not an LSN
+    assert main([*args, "--mode", "all update old"]) == EXIT_USAGE  # not a net row filter
+    assert not out.exists() or not out.read_text()
+    assert main([*args, "--from-lsn", last, "--to-lsn", last]) == 0  # one LSN is a window
+    assert [(r["op"], r["key"]["id"]) for r in _lines(out)] == [("delete", 1)]
+
 def test_net_command_walks_consecutive_windows_with_a_state_file(tmp_path: Path) -> None:
     """WORK: each query starts at sys.fn_cdc_increment_lsn of the previous upper bound; over
     the runs every change is counted once."""
