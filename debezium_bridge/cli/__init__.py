@@ -1,6 +1,7 @@
 """The ``debezium-bridge`` command: one entry point for every runner and tool.
 
-Commands: ``convert`` (topic dumps), ``spark`` (the Spark streaming job), ``samples`` (sample
+Commands: ``convert`` (topic dumps and change-table rows), ``net`` (net changes of an LSN
+window), ``spark`` (the Spark streaming job), ``samples`` (sample
 Debezium traffic), ``broker`` (the embedded Kafka broker), ``produce`` (a dump file into Kafka).
 
 Exit codes: 0 ok; 1 input was rejected and ``--fail-on-error`` was given; 2 usage or
@@ -37,7 +38,9 @@ _USAGE = f"""usage: debezium-bridge [--version] COMMAND [options]
 debezium-bridge {__version__}: exact translation of Debezium SQL Server change events.
 
 commands:
-  convert   translate topic dumps (kcat -J, console consumer, lossless JSON lines, CES)
+  convert   translate topic dumps (kcat -J, console consumer, lossless JSON lines, CES) and
+            SQL Server change-table rows (CSV / JSON exports of cdc.<ci>_CT)
+  net       net changes of an LSN window, as cdc.fn_cdc_get_net_changes_<ci> returns them
   spark     run the Spark Structured Streaming job (needs the [spark] extra)
   samples   write sample Debezium SQL Server traffic as a lossless dump
   broker    run the embedded Kafka broker for local development (needs the [embedded] extra)
@@ -61,6 +64,18 @@ def _convert(argv: Sequence[str]) -> int:
     return run_convert(config)
 
 
+def _net(argv: Sequence[str]) -> int:
+    from debezium_bridge.cli.net import NetConfig, run_net
+
+    config = NetConfig.from_args(
+        argv, prog="debezium-bridge net",
+        description="Net changes of the closed LSN window [--from-lsn, --to-lsn], as "
+                    "cdc.fn_cdc_get_net_changes_<capture_instance> returns them, from "
+                    "change-table rows or Debezium/CES dumps.",
+        epilog=_CONVERT_EPILOG)
+    return run_net(config)
+
+
 def _spark(argv: Sequence[str]) -> int:
     from debezium_bridge.spark.job import main as spark_main
 
@@ -78,7 +93,7 @@ def _tool(name: str) -> Callable[[Sequence[str]], int]:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "convert": _convert, "spark": _spark, "samples": _tool("samples"),
+    "convert": _convert, "net": _net, "spark": _spark, "samples": _tool("samples"),
     "broker": _tool("broker"), "produce": _tool("produce"),
 }
 
