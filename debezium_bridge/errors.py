@@ -19,6 +19,7 @@ raises :class:`ServiceError` after its retries, and the run stops with a non-zer
         ├── ValueConversionError             a value does not fit its column's type
         ├── ReplayMismatchError              a replay whose image differs from the original
         ├── SegmentError                     CES segments that cannot be reassembled
+        ├── RowError                         a change-table row that cannot be translated
         └── EncodeError                      a change the output format cannot hold
 """
 
@@ -106,6 +107,21 @@ class SegmentError(RecordError):
     """A CES event whose segments cannot be reassembled (missing or conflicting segments)."""
 
     stage = "ces-assemble"
+
+
+class RowError(RecordError):
+    """A SQL Server change-table row that cannot be translated: a malformed LSN or update mask,
+    an unknown ``__$operation``, an update half without its other half, a row out of LSN order,
+    a conflicting copy of a row. ``stage`` names the rule (``cdc-row``, ``cdc-mask``,
+    ``cdc-pairing``, ``cdc-order``, ``cdc-duplicate``)."""
+
+    stage = "cdc-row"
+
+    def __init__(self, message: str, record: KafkaRecord | None = None,
+                 stage: str | None = None) -> None:
+        super().__init__(message, record)
+        if stage is not None:
+            self.stage = stage
 
 
 class EncodeError(RecordError):

@@ -46,7 +46,11 @@ from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import ColumnCatalog
 from debezium_bridge.formats.debezium.registry import SchemaRegistrar
-from debezium_bridge.formats.debezium.writer import DebeziumOutOptions, DebeziumWriter
+from debezium_bridge.formats.debezium.writer import (
+    DebeziumOutOptions,
+    DebeziumWriter,
+    KeyChangeLedger,
+)
 from debezium_bridge.model.change import ChangeRecord, epoch_ms
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import Header
@@ -165,7 +169,10 @@ class Output:
     def __init__(self, formats: Sequence[OutputFormat | str],
                  settings: OutputSettings | None = None, *,
                  catalog: ColumnCatalog | None = None,
-                 registrar: SchemaRegistrar | None = None) -> None:
+                 registrar: SchemaRegistrar | None = None,
+                 ledger: KeyChangeLedger | None = None) -> None:
+        """``ledger``: key changes the input wrote as one update (change-table rows), so that
+        Debezium envelopes are written as the connector writes those."""
         self.formats = tuple(OutputFormat(f) for f in formats)
         if not self.formats or len(set(self.formats)) != len(self.formats):
             raise ConfigError("name each output format once")
@@ -184,7 +191,7 @@ class Output:
                                       "offline schema ids)")
                 self._debezium[f] = DebeziumWriter(s.debezium, self.catalog,
                                                    encoding="avro" if f.binary else "json",
-                                                   registrar=registrar)
+                                                   registrar=registrar, ledger=ledger)
         self._topics: dict[tuple[str, str, str], str] = {}
 
     # -- changes ---------------------------------------------------------------------------

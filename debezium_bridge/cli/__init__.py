@@ -1,8 +1,9 @@
 """The ``debezium-bridge`` command: one entry point for every runner and tool.
 
-Commands: ``convert`` (topic dumps), ``spark`` (the Spark streaming job), ``sidecar`` (the
-Kafka sidecar), ``samples`` (sample Debezium traffic), ``broker`` (the embedded Kafka broker),
-``produce`` (a dump file into Kafka), ``consume`` (print topics).
+Commands: ``convert`` (topic dumps and change-table rows), ``net`` (net changes of an LSN
+window), ``spark`` (the Spark streaming job), ``sidecar`` (the Kafka sidecar), ``samples``
+(sample Debezium traffic), ``broker`` (the embedded Kafka broker), ``produce`` (a dump file
+into Kafka), ``consume`` (print topics).
 
 Exit codes: 0 ok; 1 input was rejected and ``--fail-on-error`` was given; 2 usage or
 configuration error; 3 a file could not be read or written; 4 a service (schema registry,
@@ -38,7 +39,9 @@ _USAGE = f"""usage: debezium-bridge [--version] COMMAND [options]
 debezium-bridge {__version__}: exact translation of Debezium SQL Server change events.
 
 commands:
-  convert   translate topic dumps (kcat -J, console consumer, lossless JSON lines, CES)
+  convert   translate topic dumps (kcat -J, console consumer, lossless JSON lines, CES) and
+            SQL Server change-table rows (CSV / JSON exports of cdc.<ci>_CT)
+  net       net changes of an LSN window, as cdc.fn_cdc_get_net_changes_<ci> returns them
   spark     run the Spark Structured Streaming job (needs the [spark] extra)
   sidecar   run the Kafka sidecar: consume, translate, produce, exactly once
   samples   write sample Debezium SQL Server traffic as a lossless dump
@@ -64,6 +67,18 @@ def _convert(argv: Sequence[str]) -> int:
     return run_convert(config)
 
 
+def _net(argv: Sequence[str]) -> int:
+    from debezium_bridge.cli.net import NetConfig, run_net
+
+    config = NetConfig.from_args(
+        argv, prog="debezium-bridge net",
+        description="Net changes of the closed LSN window [--from-lsn, --to-lsn], as "
+                    "cdc.fn_cdc_get_net_changes_<capture_instance> returns them, from "
+                    "change-table rows or Debezium/CES dumps.",
+        epilog=_CONVERT_EPILOG)
+    return run_net(config)
+
+
 def _spark(argv: Sequence[str]) -> int:
     from debezium_bridge.spark.job import main as spark_main
 
@@ -87,8 +102,9 @@ def _tool(name: str) -> Callable[[Sequence[str]], int]:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "convert": _convert, "spark": _spark, "sidecar": _sidecar, "samples": _tool("samples"),
-    "broker": _tool("broker"), "produce": _tool("produce"), "consume": _tool("consume"),
+    "convert": _convert, "net": _net, "spark": _spark, "sidecar": _sidecar,
+    "samples": _tool("samples"), "broker": _tool("broker"), "produce": _tool("produce"),
+    "consume": _tool("consume"),
 }
 
 

@@ -13,14 +13,18 @@ from collections.abc import Iterator
 from typing import IO, Any, BinaryIO, Literal
 
 import msgspec
+from pydantic import Field
 from pydantic_settings import CliPositionalArg
 
 from debezium_bridge.cli.sink import FileSink
 from debezium_bridge.clients.registry import RegistrySchemaResolver, registry_registrar
 from debezium_bridge.config import RunnerSettings
-from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.core.pipeline import CdcPipeline, Pipeline
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.cdc.catalog import load_capture_instances
+from debezium_bridge.formats.cdc.rows import is_cdc_export
+from debezium_bridge.formats.cdc.settings import CdcSettings
 from debezium_bridge.formats.ces.envelope import is_ces
 from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder, load_table_schemas
@@ -32,6 +36,7 @@ from debezium_bridge.formats.debezium.registry import (
 )
 from debezium_bridge.formats.debezium.settings import DecodeSettings
 from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump
+from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.output import Output, OutputFormat, OutputSettings
@@ -56,8 +61,9 @@ class ConvertConfig(RunnerSettings, DecodeSettings, TranslatorConfig,  # type: i
 
     inputs: CliPositionalArg[list[str]] = []
     """Dump files, read in order as one stream (``-`` = standard input)."""
-    input_format: Literal["auto", "lossless", "kcat", "text"] = "auto"
-    """Format of the input files (auto: detected per file)."""
+    input_format: Literal["auto", "lossless", "kcat", "text", "cdc"] = "auto"
+    """Format of the input files (auto: detected per file; ``cdc``: SQL Server change-table
+    rows, CSV or JSON, see the ``cdc`` settings)."""
     topic: str | None = None
     """Topic of console-consumer text dumps (default: the file name)."""
     key_separator: str | None = None
@@ -88,6 +94,9 @@ class ConvertConfig(RunnerSettings, DecodeSettings, TranslatorConfig,  # type: i
     """Progress line on standard error (auto: when it is a terminal)."""
     counters_json: str | None = None
     """Also write the counters as JSON to this file."""
+    cdc: CdcSettings = Field(default_factory=CdcSettings)
+    """SQL Server change-table rows as input (docs/cdc.md): capture-instance description,
+    export format, the connector version to imitate."""
 
     def model_post_init(self, context: Any) -> None:
         if not self.inputs:
@@ -141,6 +150,15 @@ class _Progress:
 
 
 @contextlib.contextmanager
+def _open_in(path: str) -> Iterator[BinaryIO]:
+    if path == "-":
+        yield sys.stdin.buffer
+    else:
+        with open(path, "rb") as handle:
+            yield handle
+
+
+@contextlib.contextmanager
 def _open_out(path: str | None) -> Iterator[BinaryIO | None]:
     if path is None:
         yield None
@@ -182,10 +200,34 @@ class Conversion:
     def __init__(self, config: ConvertConfig, progress_stream: IO[str] | None = None) -> None:
         self.config = config
         self.progress_stream = progress_stream or sys.stderr
+        fmt = config.input_format
         self.reader_options: dict[str, Any] = {
-            "fmt": None if config.input_format == "auto" else DumpFormat(config.input_format),
+            "fmt": None if fmt in ("auto", "cdc") else DumpFormat(fmt),
             "topic": config.topic, "key_separator": config.key_separator}
         self.rejected_logged = 0
+        self.cdc = self._cdc_inputs()
+        self.pipeline: Pipeline | CdcPipeline
+
+    def _cdc_inputs(self) -> bool:
+        """Whether the inputs are change-table rows (all of them, or none)."""
+        config = self.config
+        if config.input_format == "cdc":
+            return True
+        if config.input_format != "auto":
+            return False
+        kinds = set()
+        for path in config.inputs:
+            if path == "-":
+                kinds.add(False)
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    kinds.add(is_cdc_export(handle.read(4096)))
+            except OSError:
+                kinds.add(False)  # reported when the file is read
+        if len(kinds) > 1:
+            raise ConfigError("change-table rows and Kafka dumps cannot be converted in one run")
+        return kinds == {True}
 
     def _learn_inputs(self) -> tuple[set[tuple[str, int]], dict[str, Any], int]:
         """Partitions of the data topics (so ordering waits for all), Avro schemas embedded in
@@ -205,8 +247,25 @@ class Conversion:
                 total += reader.total_bytes or 0
         return partitions, schemas, total
 
+    def _cdc_pipeline(self) -> CdcPipeline:
+        config = self.config
+        if not config.cdc.capture_instances:
+            raise ConfigError("change-table rows need a capture-instance description: "
+                              "--cdc.capture-instances FILE (see docs/cdc.md)")
+        instances = load_capture_instances(config.cdc.capture_instances, config.cdc.database)
+        return CdcPipeline(instances, config.cdc,
+                           TranslatorConfig(pair_key_changes=config.pair_key_changes,
+                                            max_pending=config.max_pending,
+                                            dedupe_capacity=config.dedupe_capacity))
+
     def run(self) -> int:
         config = self.config
+        if self.cdc:
+            cdc = self._cdc_pipeline()
+            registrar, offline = _registrar(config)
+            self.pipeline = cdc
+            self.output = self._make_output(cdc.catalog, registrar, cdc.ledger)
+            return self._run(offline, 0)
         partitions, dump_schemas, total_bytes = self._learn_inputs()
         table_schemas = load_table_schemas(config.table_schemas) if config.table_schemas \
             else {}
@@ -220,8 +279,17 @@ class Conversion:
             pipeline.catalog.add_schema(schema, name)
         pipeline.translator.expect(partitions)
         registrar, offline = _registrar(config)
-        output = Output([config.format], config, catalog=pipeline.catalog, registrar=registrar)
-        self.pipeline, self.output = pipeline, output
+        self.pipeline = pipeline
+        self.output = self._make_output(pipeline.catalog, registrar, None)
+        return self._run(offline, total_bytes)
+
+    def _make_output(self, catalog: Any, registrar: SchemaRegistrar | None,
+                     ledger: Any) -> Any:
+        return Output([self.config.format], self.config, catalog=catalog, registrar=registrar,
+                      ledger=ledger)
+
+    def _run(self, offline: InMemoryRegistry | None, total_bytes: int) -> int:
+        config, pipeline, output = self.config, self.pipeline, self.output
         show = config.progress == "always" or (config.progress == "auto"
                                                and self.progress_stream.isatty())
         progress = _Progress(self.progress_stream, show, total_bytes or None)
@@ -249,12 +317,15 @@ class Conversion:
                 handle.write(msgspec.json.encode({str(k): v
                                                   for k, v in offline.schemas.items()}))
         if code == EXIT_OK and config.fail_on_error and (
-                pipeline.dead_letters or output.counters.total_encode_errors):
+                self._rejected() or output.counters.total_encode_errors):
             code = EXIT_REJECTED
         return code
 
     def _translate(self, sink: FileSink, dead_sink: FileSink | None, progress: _Progress,
                    show: bool) -> None:
+        if isinstance(self.pipeline, CdcPipeline):
+            self._translate_cdc(self.pipeline, sink, dead_sink, progress, show)
+            return
         pipeline, counters = self.pipeline, self.pipeline.translator.counters
         done_bytes = 0
         for path in self.config.inputs:
@@ -277,8 +348,32 @@ class Conversion:
                 done_bytes += reader.bytes_read or 0
         pipeline.flush()
 
+    def _translate_cdc(self, pipeline: CdcPipeline, sink: FileSink, dead_sink: FileSink | None,
+                       progress: _Progress, show: bool) -> None:
+        counters = pipeline.counters
+        changes: list[ChangeRecord] = []
+        dead: list[DeadLetter] = []
+        for path in self.config.inputs:
+            with _open_in(path) as handle:
+                for item in pipeline.translate_file(handle, path, flush=False):
+                    if isinstance(item, ChangeRecord):
+                        changes.append(item)
+                    else:
+                        dead.append(item)
+                    if len(changes) + len(dead) >= 4096:
+                        self._write(changes, dead, sink, dead_sink)
+                        changes, dead = [], []
+                    if show and counters.records_in % 4096 == 0:
+                        progress.update(counters.records_in, 0)
+        self._write(changes, dead, sink, dead_sink)
+        pipeline.flush()
+
     def _drain(self, sink: FileSink, dead_sink: FileSink | None) -> None:
         changes, dead = self.pipeline.drain()
+        self._write(changes, dead, sink, dead_sink)
+
+    def _write(self, changes: list[ChangeRecord], dead: list[DeadLetter], sink: FileSink,
+               dead_sink: FileSink | None) -> None:
         records = self.output.encode_many(changes)
         letters = [self.output.dead_letter(d) for d in dead]
         failed = [r for r in records if r.kind == "dead_letter"]
@@ -306,17 +401,30 @@ class Conversion:
         pipeline = self.pipeline
         counters = pipeline.translator.counters
         log.info("%s", counters.summary())
-        segments = pipeline.assembler.counters
-        if segments.records_in != segments.passed or segments.split_updates:
-            log.info("%s", segments.summary())
+        extra: dict[str, Any] = {}
+        if isinstance(pipeline, Pipeline):
+            segments = pipeline.assembler.counters
+            if segments.records_in != segments.passed or segments.split_updates:
+                log.info("%s", segments.summary())
+            extra["ces_input"] = segments.as_dict()
+        extra.update(self._extra_counters())
         log.info("%s", self.output.summary())
         log.info("%d records in %.2f s; state %s", counters.records_in, elapsed,
                  pipeline.translator.state_size())
         if self.config.counters_json:
             with open(self.config.counters_json, "w") as handle:
                 handle.write(msgspec.json.encode(
-                    {**counters.as_dict(), "ces_input": segments.as_dict(),
+                    {**counters.as_dict(), **extra,
                      "output": self.output.counters.as_dict()}).decode() + "\n")
+
+    def _extra_counters(self) -> dict[str, Any]:
+        return {}
+
+    def _rejected(self) -> int:
+        pipeline = self.pipeline
+        if isinstance(pipeline, Pipeline):
+            return pipeline.dead_letters
+        return pipeline.counters.dead_letters
 
 
 def run_convert(config: ConvertConfig) -> int:

@@ -4,6 +4,7 @@ models by scripts/docs; a test checks it is current."""
 from __future__ import annotations
 
 from debezium_bridge.cli.convert import ConvertConfig
+from debezium_bridge.cli.net import NetConfig
 from debezium_bridge.cli.tools import BrokerConfig, ConsumeConfig, ProduceConfig, SamplesConfig
 from debezium_bridge.config import reference
 from debezium_bridge.sidecar.config import SidecarConfig
@@ -22,7 +23,9 @@ secrets among them, and credentials inside URLs, are masked wherever settings ar
 """
 
 RUNNERS = (
-    (ConvertConfig, "convert: topic dumps", "debezium-bridge convert [INPUT ...]"),
+    (ConvertConfig, "convert: topic dumps and change-table rows",
+     "debezium-bridge convert [INPUT ...]"),
+    (NetConfig, "net: net changes of an LSN window", "debezium-bridge net [INPUT ...]"),
     (JobConfig, "spark: the Spark streaming job",
      "debezium-bridge spark --config job.yaml (or spark-submit …/debezium_bridge/spark/job.py)"),
     (SidecarConfig, "sidecar: the Kafka sidecar", "debezium-bridge sidecar --config sidecar.yaml"),

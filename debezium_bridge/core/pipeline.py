@@ -14,19 +14,28 @@ they read CES events or write CES / Debezium output.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO
 
 from debezium_bridge.core import Translator
+from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.cdc.catalog import CaptureInstance, LsnTimes, load_lsn_times
+from debezium_bridge.formats.cdc.decode import CdcDecoder
+from debezium_bridge.formats.cdc.rows import CdcRow, RowReadError, read_rows
+from debezium_bridge.formats.cdc.settings import CdcSettings
 from debezium_bridge.formats.ces.assemble import CesAssembler
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
-from debezium_bridge.formats.columns import ColumnCatalog
+from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.formats.debezium.writer import KeyChangeLedger
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
+from debezium_bridge.model.sqltype import parse_type
 
 
 class Pipeline:
@@ -76,3 +85,123 @@ class Pipeline:
     @property
     def dead_letters(self) -> int:
         return self.translator.counters.dead_letters + self.assembler.counters.dead_letters
+
+
+class CdcPipeline:
+    """SQL Server change-table rows → :class:`Translator` (docs/cdc.md).
+
+    :class:`~debezium_bridge.formats.cdc.decode.CdcDecoder` turns rows into the connector's
+    events and hands them to the translator, which orders, pairs key changes and counts as for
+    any input; :attr:`catalog` holds the captured columns' SQL types and :attr:`ledger` the key
+    changes written as one update, for the CES and Debezium encoders::
+
+        pipeline = CdcPipeline(load_capture_instances(["instances.csv"]))
+        output = Output(["debezium"], catalog=pipeline.catalog, ledger=pipeline.ledger)
+        with open("dbo_customers_CT.csv", "rb") as handle:
+            for item in pipeline.translate_file(handle, "dbo_customers_CT.csv"):
+                ...  # ChangeRecord or DeadLetter
+
+    Counters (``translator.counters``): every row is an input record; an update's old-values
+    row counts as ``merged``, a repeated identical row as a duplicate, a bad row as a dead
+    letter.
+    """
+
+    def __init__(self, instances: Mapping[str, CaptureInstance],
+                 settings: CdcSettings | None = None, config: TranslatorConfig | None = None,
+                 lsn_times: LsnTimes | None = None) -> None:
+        self.settings = settings or CdcSettings()
+        self.instances = dict(instances)
+        self.translator = Translator(config)
+        self.ledger = KeyChangeLedger()
+        self.catalog = ColumnCatalog()
+        if lsn_times is None and self.settings.lsn_time_mapping:
+            lsn_times = load_lsn_times(self.settings.lsn_time_mapping,
+                                       self.settings.offset_minutes)
+        self.decoder = CdcDecoder(self.instances, self.translator, self.settings, lsn_times,
+                                  self.ledger)
+        for table in self.decoder.tables.values():
+            by_name = {c.name: c for c in table.instance.columns}
+            columns = []
+            for index, name in enumerate(table.names):
+                captured = by_name[name]
+                nullable = (name not in table.key_columns if captured.nullable is None
+                            else captured.nullable)  # key columns are NOT NULL
+                columns.append(CatalogColumn(
+                    name, parse_type(captured.sql_type or "nvarchar(max)").text, index,
+                    nullable=nullable))
+            self.catalog.add(table.table, columns)
+
+    @property
+    def counters(self) -> Counters:
+        return self.translator.counters
+
+    def feed(self, row: CdcRow, instance: str) -> None:
+        """One row of capture instance ``instance``."""
+        self.decoder.feed(row, instance)
+
+    def read(self, handle: IO[bytes], source: str) -> None:
+        """Every row of one exported file (CSV or JSON; rows that cannot be read are dead
+        letters)."""
+        for _ in self._read(handle, source):
+            pass
+
+    def _read(self, handle: IO[bytes], source: str) -> Iterator[None]:
+        s = self.settings
+        instance, rows = read_rows(handle, source, instances=self.instances,
+                                   wanted=s.capture_instance, columns=s.columns,
+                                   null_values=s.null_values)
+        if instance is None:
+            raise ConfigError(f"{source}: which capture instance? (set cdc.capture_instance; "
+                              f"described: {', '.join(sorted(self.instances))})")
+        feed, reject = self.decoder.feed, self.translator.reject
+        for item in rows:
+            if item.__class__ is RowReadError:
+                bad: RowReadError = item  # type: ignore[assignment]
+                reject(DeadLetter(RawRecord(bad.source, 0, bad.line, None, None, bad.raw),
+                                  "cdc-read", "RowReadError", bad.message,
+                                  error_module="debezium_bridge.formats.cdc.rows"))
+            else:
+                feed(item, instance.name)  # type: ignore[arg-type]
+            yield None
+        self.translator.mark_idle((source, 0))  # a file that ended holds back nothing
+
+    def flush(self) -> None:
+        """End of input: buffered rows are translated, waiting events released."""
+        self.decoder.flush()
+        self.translator.flush()
+
+    def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:
+        return self.translator.drain()
+
+    @property
+    def has_output(self) -> bool:
+        return self.translator.has_output
+
+    def translate_file(self, handle: IO[bytes], source: str, *, flush: bool = True
+                       ) -> Iterator[ChangeRecord | DeadLetter]:
+        """Read one file and yield dead letters and change records as they come out."""
+        for _ in self._read(handle, source):
+            if self.translator.has_output:
+                changes, dead = self.translator.drain()
+                yield from dead
+                yield from changes
+        if flush:
+            self.flush()
+            changes, dead = self.translator.drain()
+            yield from dead
+            yield from changes
+
+    def translate(self, rows: Iterable[tuple[CdcRow, str]], *, flush: bool = True
+                  ) -> Iterator[ChangeRecord | DeadLetter]:
+        """Feed ``(row, capture instance)`` pairs; yield dead letters and change records."""
+        for row, instance in rows:
+            self.decoder.feed(row, instance)
+            if self.translator.has_output:
+                changes, dead = self.translator.drain()
+                yield from dead
+                yield from changes
+        if flush:
+            self.flush()
+            changes, dead = self.translator.drain()
+            yield from dead
+            yield from changes

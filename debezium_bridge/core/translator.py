@@ -294,6 +294,20 @@ class Translator:
         self.counters.dead_letters += 1
         self._dead.append(dead_letter)
 
+    def process_event(self, event: ChangeEvent, records: int = 1) -> None:
+        """Take an event decoded from input that is not a Kafka record (SQL Server change-table
+        rows, :mod:`debezium_bridge.formats.cdc`): ``records`` input records made it (2 for an
+        update's old and new rows; the first counts as ``merged``)."""
+        self.counters.records_in += records
+        self.counters.merged += records - 1
+        self._accept(event)
+
+    def drop_duplicate(self, records: int = 1) -> None:
+        """Account for input records that repeat one already taken (an identical change-table
+        row in overlapping exports)."""
+        self.counters.records_in += records
+        self.counters.duplicates += records
+
     def _side(self, side: SideRecord) -> None:
         counters = self.counters
         if side.kind is SideKind.TOMBSTONE:
@@ -619,7 +633,9 @@ class Translator:
     def _single(self, e: ChangeEvent) -> ChangeRecord:
         op = DEBEZIUM_OPS[e.op]
         unavailable = e.unavailable
-        if op == "update":
+        if op == "update" and e.changed is not None:  # the source says (CDC update mask)
+            changed = [c for c in e.changed if c not in unavailable]
+        elif op == "update":
             changed = _changed(e.before, e.after, unavailable, e.column_order)
         elif op == "truncate":
             changed = []
@@ -657,6 +673,11 @@ class Translator:
         key_changed = d.key_id != c.key_id
         unavailable = d.unavailable + tuple(u for u in c.unavailable if u not in d.unavailable)
         seq = c.seq or seq_of(c.sort_key)
+        if c.changed is not None and d.changed == c.changed and d.partner_key_id is not None:
+            # halves of one update (rows 3 + 4 whose keys differ): its update mask says
+            changed = [name for name in c.changed if name not in unavailable]
+        else:
+            changed = _changed(d.before, c.after, unavailable, c.column_order)
         return ChangeRecord(
             op="update",
             table=c.table,
@@ -666,7 +687,7 @@ class Translator:
             key_changed=key_changed,
             before=d.before,
             after=c.after,
-            changed_columns=_changed(d.before, c.after, unavailable, c.column_order),
+            changed_columns=changed,
             unavailable_columns=list(unavailable),
             position=c.position,
             seq=seq,

@@ -55,6 +55,8 @@ class CatalogColumn(msgspec.Struct, frozen=True, gc=False):
     index: int
     exact: bool = True
     """False when the type was guessed (Connect-type fallback or from values)."""
+    nullable: bool = True
+    """The column allows NULL (the connector's field ``optional``)."""
 
     @property
     def sql_type(self) -> SqlType:
@@ -125,7 +127,7 @@ def columns_of(schema: TableSchema) -> Columns:
     out = []
     for index, column in enumerate(schema.columns):
         sql_type, exact = column_type(column)
-        out.append(CatalogColumn(column.name, sql_type.text, index, exact))
+        out.append(CatalogColumn(column.name, sql_type.text, index, exact, column.optional))
     return tuple(out)
 
 

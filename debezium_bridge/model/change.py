@@ -134,6 +134,9 @@ class ChangeEvent(msgspec.Struct, gc=False):
     """``table.table_id``, computed once per distinct table by the decoder ("" = not cached)."""
     seq: str = ""
     """``seq_of(sort_key)``, computed by the decoder ("" = not computed)."""
+    changed: tuple[str, ...] | None = None
+    """Columns the source says an update changed (SQL Server's ``__$update_mask`` of
+    change-table rows), in column order; ``None``: found by comparing the images."""
 
     @property
     def is_snapshot(self) -> bool:

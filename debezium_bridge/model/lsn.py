@@ -59,3 +59,29 @@ def normalize_lsn(text: str | None) -> tuple[bytes, str | None]:
 def lsn_hex20(lsn: bytes) -> str:
     """The LSN as 20 hex digits (zeros for a missing LSN); sorts like the LSN."""
     return lsn.hex() if lsn else "0" * 20
+
+
+_LSN_TOP = (1 << (8 * LSN_BYTES)) - 1
+
+
+def increment_lsn(lsn: bytes) -> bytes:
+    """The next LSN (``sys.fn_cdc_increment_lsn``): the 10 bytes as one unsigned number, plus
+    one. No LSN lies strictly between ``lsn`` and the result, so the closed windows
+    ``[a, b]`` and ``[increment_lsn(b), c]`` share no LSN and leave none out."""
+    if len(lsn) != LSN_BYTES:
+        raise LsnFormatError("cannot increment a missing LSN")
+    value = int.from_bytes(lsn, "big")
+    if value == _LSN_TOP:
+        raise LsnFormatError("ffffffff:ffffffff:ffff has no next LSN")
+    return (value + 1).to_bytes(LSN_BYTES, "big")
+
+
+def decrement_lsn(lsn: bytes) -> bytes:
+    """The previous LSN (``sys.fn_cdc_decrement_lsn``): the 10 bytes as one unsigned number,
+    minus one."""
+    if len(lsn) != LSN_BYTES:
+        raise LsnFormatError("cannot decrement a missing LSN")
+    value = int.from_bytes(lsn, "big")
+    if value == 0:
+        raise LsnFormatError("00000000:00000000:0000 has no previous LSN")
+    return (value - 1).to_bytes(LSN_BYTES, "big")

@@ -8,6 +8,7 @@ envelopes themselves are built by :class:`~debezium_bridge.formats.debezium.enco
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from debezium_bridge.formats.debezium.encode import (
     TableSpec,
     TransactionBlock,
 )
+from debezium_bridge.formats.debezium.envelope import NEWKEY_HEADER, OLDKEY_HEADER
 from debezium_bridge.formats.debezium.registry import SchemaRegistrar
 from debezium_bridge.formats.debezium.sqltypes import (
     UNAVAILABLE_VALUE,
@@ -34,7 +36,7 @@ from debezium_bridge.formats.debezium.sqltypes import (
     column_spec,
 )
 from debezium_bridge.model.change import epoch_ms
-from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.records import Header, RawRecord
 
 
 class DebeziumOutOptions(Settings):
@@ -71,6 +73,35 @@ class DebeziumOutOptions(Settings):
                               propagate_source_types=self.propagate_source_types)
 
 
+class KeyChangeLedger:
+    """Primary-key changes the source wrote as ONE update (SQL Server change-table rows 3 + 4
+    whose keys differ: "Case B", ``RelationalChangeRecordEmitter#emitUpdateAsPrimaryKeyChange
+    Record``), by table and position. The connector writes them as ``d`` + tombstone + ``c``
+    that share one ``event_serial_no`` and carry ``__debezium.newkey`` / ``__debezium.oldkey``
+    headers; a canonical record cannot tell them from a delete + insert (rows 1 + 2), so the
+    reader of change-table rows notes them here for :class:`DebeziumWriter`. Bounded: the
+    oldest entries are forgotten beyond ``capacity``."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = \
+            OrderedDict()
+
+    def add(self, table_id: str, seq: str, old_key: dict[str, Any],
+            new_key: dict[str, Any]) -> None:
+        """Note a key change written as one update at ``seq`` (both halves have it)."""
+        self._entries[(table_id, seq)] = (old_key, new_key)
+        if len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def get(self, table_id: str, seq: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(old key, new key) of the update-written key change at ``seq``, if noted."""
+        return self._entries.get((table_id, seq))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class DebeziumOutCounters(msgspec.Struct, kw_only=True):
     """``records_in = encoded + skipped + errors``."""
 
@@ -93,14 +124,15 @@ class DebeziumOutCounters(msgspec.Struct, kw_only=True):
 _VERSION_RE = re.compile(r"\d+\.\d+")
 
 
-def _sql_column(name: str, type_text: str) -> SqlColumn:
+def _sql_column(name: str, type_text: str, nullable: bool = True) -> SqlColumn:
     """A :class:`SqlColumn` of a ``cols``-style type; types sqltypes does not model (UDTs,
     sql_variant, ...) are written as ``nvarchar(max)`` text."""
-    column = SqlColumn(name, "nvarchar(128)" if type_text == "sysname" else type_text)
+    column = SqlColumn(name, "nvarchar(128)" if type_text == "sysname" else type_text,
+                       nullable=nullable)
     try:
         column_spec(column)
     except SchemaError:
-        return SqlColumn(name, "nvarchar(max)")
+        return SqlColumn(name, "nvarchar(max)", nullable=nullable)
     return column
 
 
@@ -112,9 +144,13 @@ class DebeziumWriter:
       input's schemas or CES ``cols``; guessed from values when there is none).
     * ``insert`` → ``c``; ``read`` → ``r`` with the record's snapshot marker; ``update`` →
       ``u``; ``delete`` → ``d`` (+ tombstone); an update with ``key_changed`` → ``d`` (old key,
-      ``event_serial_no`` 1) + tombstone + ``c`` (new key, serial 2) at the record's position,
-      as the connector writes a primary-key change; ``truncate`` is skipped (the SQL Server
-      connector emits none).
+      ``event_serial_no`` one below the record's, at least 1) + tombstone + ``c`` (new key,
+      the record's serial) at the record's position, as the connector writes a primary-key
+      change logged as a delete and an insert; when the ``ledger`` says the source wrote it as
+      one update (change-table rows 3 + 4 whose keys differ), ``d`` and ``c`` share the serial
+      and carry ``__debezium.newkey`` / ``__debezium.oldkey`` headers (the tombstone copies the
+      delete's), as ``emitUpdateAsPrimaryKeyChangeRecord`` writes it; ``truncate`` is skipped
+      (the SQL Server connector emits none).
     * ``source`` as the connector fills it: version, ``sqlserver``, name = topic prefix,
       ``ts_ms`` = commit time, snapshot, db/schema/table, LSNs, ``event_serial_no``; envelope
       ``ts_ms`` = ``capture_ts`` (null when unknown, e.g. CES input). The transaction block
@@ -125,8 +161,11 @@ class DebeziumWriter:
 
     def __init__(self, options: DebeziumOutOptions | None = None, catalog: Any = None, *,
                  encoding: Literal["json", "avro"] = "json",
-                 registrar: SchemaRegistrar | None = None) -> None:
+                 registrar: SchemaRegistrar | None = None,
+                 ledger: KeyChangeLedger | None = None) -> None:
         self.options = options or DebeziumOutOptions()
+        self.ledger = ledger
+        """Key changes the source wrote as one update (see :class:`KeyChangeLedger`)."""
         self.catalog = catalog if catalog is not None else ColumnCatalog()
         if encoding == "avro":
             if registrar is None:
@@ -159,7 +198,8 @@ class DebeziumWriter:
         if found is None:
             table = TableSpec(db=record.table.db, schema=record.table.schema,
                               table=record.table.name, key_columns=key_columns,
-                              columns=tuple(_sql_column(c.name, c.type) for c in columns))
+                              columns=tuple(_sql_column(c.name, c.type, c.nullable)
+                                           for c in columns))
             encoder = DebeziumEncoder(table, prefix, modes=self.options.modes,
                                       encoding=self._encoding, version=version,
                                       registrar=self.registrar)
@@ -211,9 +251,14 @@ class DebeziumWriter:
                 return None
             return encoder.encode_key({k: encoders[k](v) for k, v in key.items()})
 
+        def key_header(name: str, key: Mapping[str, Any]) -> tuple[Header, ...]:
+            value = encoder.key_header({k: encoders[k](v) for k, v in key.items()})
+            return () if value is None else ((name, value),)
+
         def produce(dbz_op: str, before: Mapping[str, Any] | None,
                     after: Mapping[str, Any] | None, key: Mapping[str, Any], serial: int | None,
-                    tx: TransactionBlock | None) -> list[RawRecord]:
+                    tx: TransactionBlock | None, headers: tuple[Header, ...] = ()
+                    ) -> list[RawRecord]:
             source = encoder.source(
                 ts_ms=commit_ms, commit_lsn=position.commit_lsn, change_lsn=position.change_lsn,
                 event_serial_no=serial,
@@ -222,11 +267,11 @@ class DebeziumWriter:
                                             capture_ms)
             kafka_key = key_bytes(key)
             timestamp = capture_ms if capture_ms is not None else commit_ms
-            out = [RawRecord(encoder.topic, 0, None, timestamp, kafka_key, value)]
+            out = [RawRecord(encoder.topic, 0, None, timestamp, kafka_key, value, headers)]
             self.counters.data_records += 1
             if dbz_op == "d" and self.options.tombstones:
                 out.append(RawRecord(encoder.topic, 0, None, timestamp, kafka_key,
-                                     None))
+                                     None, headers))
                 self.counters.tombstones += 1
             return out
 
@@ -235,13 +280,26 @@ class DebeziumWriter:
         if tx is not None and tx.total_order is not None \
                 and tx.data_collection_order is not None:
             block = TransactionBlock(tx.id, tx.total_order, tx.data_collection_order)
+        hint = self.ledger.get(record.table_id, record.seq) if self.ledger else None
         if op == "update" and record.key_changed and record.old_key is not None:
             self.counters.key_changes += 1
             d_block = None if block is None else TransactionBlock(
                 block.id, max(1, block.total_order - 1), max(1, block.data_collection_order - 1))
-            return (produce("d", record.before, None, record.old_key, 1, d_block)
-                    + produce("c", None, record.after, record.key, 2, block))
+            serial = position.event_serial_no
+            if hint is not None and hint == (record.old_key, record.key):
+                return (produce("d", record.before, None, record.old_key, serial, d_block,
+                                key_header(NEWKEY_HEADER, record.key))
+                        + produce("c", None, record.after, record.key, serial, block,
+                                  key_header(OLDKEY_HEADER, record.old_key)))
+            d_serial = 1 if serial is None else max(1, serial - 1)
+            return (produce("d", record.before, None, record.old_key, d_serial, d_block)
+                    + produce("c", None, record.after, record.key, serial, block))
         dbz_op = {"insert": "c", "read": "r", "update": "u", "delete": "d"}[op]
+        headers: tuple[Header, ...] = ()
+        if hint is not None and dbz_op == "d" and hint[0] == record.key:
+            headers = key_header(NEWKEY_HEADER, hint[1])
+        elif hint is not None and dbz_op == "c" and hint[1] == record.key:
+            headers = key_header(OLDKEY_HEADER, hint[0])
         return produce(dbz_op, record.before if dbz_op in ("u", "d") else None,
                        record.after if dbz_op != "d" else None, record.key,
-                       position.event_serial_no, block)
+                       position.event_serial_no, block, headers)

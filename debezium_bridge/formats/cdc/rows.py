@@ -1,0 +1,320 @@
+"""Reading exported change-table rows: CSV as ``sqlcmd``, ``bcp`` and pandas write it, JSON
+lines, and JSON arrays (``FOR JSON``).
+
+* **CSV.** The delimiter is sniffed from the first line (``,``, tab, ``|``, ``;``). A header
+  line (any field ``__$start_lsn``) names the columns; ``sqlcmd``'s dash line under it and its
+  ``(N rows affected)`` footer are skipped, and its space padding is trimmed; pandas' unnamed
+  index column is dropped. Without a header (``bcp -c``) the columns are the change table's own
+  (``__$start_lsn, __$end_lsn, __$seqval, __$operation, __$update_mask, <captured columns>,
+  __$command_id``, or the function's ``__$start_lsn, __$seqval, __$operation,
+  __$update_mask, <captured columns>``), told apart by the number of fields, unless
+  ``cdc.columns`` names them. Fields in ``cdc.null_values`` are NULL; bcp's NUL character is
+  the empty string. UTF-16 files (``bcp -w``) are recognised by their byte-order mark.
+* **JSON.** One object per line, or one array of objects (``FOR JSON PATH``; absent keys are
+  NULL, as ``FOR JSON`` leaves NULLs out).
+
+Readers yield :class:`CdcRow` items and, for lines that cannot be read, :class:`RowReadError`
+items (the caller dead-letters them and carries on).
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from debezium_bridge.errors import ConfigError
+from debezium_bridge.formats.cdc.catalog import CaptureInstance
+
+__all__ = ["CdcRow", "RowReadError", "is_cdc_export", "read_rows", "select_instance"]
+
+START_LSN, END_LSN, SEQVAL = "__$start_lsn", "__$end_lsn", "__$seqval"
+OPERATION, UPDATE_MASK, COMMAND_ID = "__$operation", "__$update_mask", "__$command_id"
+TIME_COLUMNS = ("__$commit_time", "tran_end_time", "tran_begin_time", "__$tran_end_time",
+                "__$tran_begin_time")
+CAPTURE_INSTANCE_FIELD = "__$capture_instance"
+
+
+class CdcRow(msgspec.Struct, frozen=True, gc=False):
+    """One exported change-table row: its fields by column name, and where it came from."""
+
+    fields: Mapping[str, Any]
+    """Text (CSV; ``None`` for NULL) or JSON values, by column name."""
+    source: str
+    """The file (or, in Spark, the change table) the row came from."""
+    line: int | None
+    """1-based line number of the row's first line in the file (``None``: not from a file)."""
+    raw: bytes
+    """The row as read (dead letters carry it)."""
+    json: bool = False
+    """Values are typed JSON (binary defaults to base64) rather than CSV text."""
+
+
+class RowReadError(msgspec.Struct, frozen=True, gc=False):
+    """A line that is not a row (wrong number of fields, invalid JSON)."""
+
+    source: str
+    line: int
+    raw: bytes
+    message: str
+
+
+_LSN_FIELD = re.compile(rb'\s*"?(0x)?([0-9a-fA-F]{20}|[0-9a-fA-F]{8}:[0-9a-fA-F]{8}:[0-9a-fA-F]{4})'
+                        rb'"?\s*[,\t|;]')
+
+
+def is_cdc_export(head: bytes) -> bool:
+    """Whether a file starting with ``head`` holds change-table rows: a ``__$start_lsn``
+    column in its first line, or (headerless ``bcp``) a first field that is an LSN."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            head = head.decode("utf-16").encode()
+        except UnicodeDecodeError:
+            return False
+    first = head.lstrip(b"\xef\xbb\xbf \t\r\n[").split(b"\n", 1)[0]
+    if b"__$start_lsn" in first.lower():
+        return True
+    return _LSN_FIELD.match(first) is not None
+
+
+def _norm(name: str) -> str:
+    name = name.strip().strip('"')
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    return name
+
+
+def _default_columns(count: int, instance: CaptureInstance | None) -> list[str] | None:
+    if instance is None:
+        return None
+    names = [c.name for c in instance.columns]
+    n = len(names)
+    if count == n + 4:
+        return [START_LSN, SEQVAL, OPERATION, UPDATE_MASK, *names]
+    if count == n + 5:
+        return [START_LSN, END_LSN, SEQVAL, OPERATION, UPDATE_MASK, *names]
+    if count == n + 6:
+        return [START_LSN, END_LSN, SEQVAL, OPERATION, UPDATE_MASK, *names, COMMAND_ID]
+    return None
+
+
+class _Lines:
+    """Physical lines for ``csv.reader``, remembering those of the current record."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.current: list[str] = []
+        self.number = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.stream:
+            self.number += 1
+            self.current.append(line)
+            yield line
+
+
+def _decode_stream(handle: IO[bytes]) -> IO[str]:
+    head = handle.peek(4)[:4] if hasattr(handle, "peek") else b""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return codecs.getreader("utf-16")(handle)  # type: ignore[return-value]
+    reader = codecs.getreader("utf-8-sig")
+    return reader(handle, "replace")  # type: ignore[return-value]
+
+
+def select_instance(instances: Mapping[str, CaptureInstance], path: str,
+                    columns: Sequence[str] | None, wanted: str | None) -> CaptureInstance | None:
+    """The capture instance of a row file: ``wanted`` (``cdc.capture_instance``), the only one
+    described, the one the file name names (``dbo_customers_CT.csv``), or the one whose columns
+    the file has. ``None`` when none of these decides (rows may name theirs)."""
+    if wanted is not None:
+        found = instances.get(wanted)
+        if found is None:
+            raise ConfigError(f"capture instance {wanted!r} is not described "
+                              f"(known: {', '.join(sorted(instances))})")
+        return found
+    if len(instances) == 1:
+        return next(iter(instances.values()))
+    stem = Path(path).name.lower()
+    named = [i for name, i in instances.items() if name.lower() in stem]
+    if named:
+        return max(named, key=lambda i: len(i.name))
+    if columns:
+        have = {c.lower() for c in columns}
+        matching = [i for i in instances.values()
+                    if {c.name.lower() for c in i.columns} <= have
+                    and not ({c for c in have if not c.startswith("__$")}
+                             - {c.name.lower() for c in i.columns} - {t.lower() for t in
+                                                                       TIME_COLUMNS})]
+        if len(matching) == 1:
+            return matching[0]
+    return None
+
+
+def read_rows(handle: IO[bytes], source: str, *, instances: Mapping[str, CaptureInstance],
+              wanted: str | None = None, columns: Sequence[str] = (),
+              null_values: Sequence[str] = ("NULL", "")
+              ) -> tuple[CaptureInstance | None, Iterator[CdcRow | RowReadError]]:
+    """The capture instance of the file (see :func:`select_instance`) and its rows."""
+    if not hasattr(handle, "peek"):
+        handle = io.BufferedReader(handle)  # type: ignore[arg-type,type-var]
+    head = handle.peek(1 << 16)[: 1 << 16]  # type: ignore[attr-defined]
+    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        return _json_rows(handle, source, instances, wanted)
+    return _csv_rows(handle, source, instances, wanted, list(columns), frozenset(null_values))
+
+
+def _json_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureInstance],
+               wanted: str | None
+               ) -> tuple[CaptureInstance | None, Iterator[CdcRow | RowReadError]]:
+    data = handle.read()
+    text = data.decode("utf-8-sig", errors="replace")
+    items: list[tuple[int, bytes, Any]] = []
+    if text.lstrip().startswith("["):
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            error = RowReadError(source, 1, data[:1024], f"invalid JSON array: {exc}")
+            return None, iter([error])
+        if not isinstance(doc, list):
+            return None, iter([RowReadError(source, 1, data[:1024], "not a JSON array")])
+        items = [(i + 1, json.dumps(obj).encode(), obj) for i, obj in enumerate(doc)]
+    else:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            raw = line.encode()
+            try:
+                items.append((number, raw, json.loads(line)))
+            except ValueError as exc:
+                items.append((number, raw, RowReadError(source, number, raw,
+                                                        f"invalid JSON: {exc}")))
+    first = next((obj for _, _, obj in items if isinstance(obj, dict)), None)
+    keys = [_norm(k) for k in first] if first else None
+    instance = select_instance(instances, source, keys, wanted)
+
+    def rows() -> Iterator[CdcRow | RowReadError]:
+        for number, raw, obj in items:
+            if isinstance(obj, RowReadError):
+                yield obj
+            elif not isinstance(obj, dict):
+                yield RowReadError(source, number, raw, "a JSON row must be an object")
+            else:
+                yield CdcRow({_norm(k): v for k, v in obj.items()}, source, number, raw, True)
+
+    return instance, rows()
+
+
+def _is_dash_line(cells: Sequence[str]) -> bool:
+    return bool(cells) and all(set(c.strip()) <= {"-"} for c in cells) \
+        and any(c.strip() for c in cells)
+
+
+_AFFECTED = re.compile(r"\s*\(\d+ rows? affected\)\s*", re.I)
+
+
+def _csv_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureInstance],
+              wanted: str | None, columns: list[str], nulls: frozenset[str]
+              ) -> tuple[CaptureInstance | None, Iterator[CdcRow | RowReadError]]:
+    stream = _decode_stream(handle)
+    lines = _Lines(stream)
+    first_line = ""
+    buffered: list[str] = []
+    for line in lines:
+        buffered.append(line)
+        if line.strip():
+            first_line = line
+            break
+    delimiter = max((",", "\t", "|", ";"), key=first_line.count) if first_line else ","
+
+    def all_lines() -> Iterator[str]:
+        yield from buffered
+        yield from lines
+
+    reader = csv.reader(all_lines(), delimiter=delimiter)
+    first_cells = next(reader, None)
+    header: list[str] | None = None
+    skip_index = False
+    pending_first: list[str] | None = None
+    if first_cells is not None and any(_norm(c).lower() == START_LSN for c in first_cells):
+        header = [_norm(c) for c in first_cells]
+        if header and header[0].strip() in ("", "Unnamed: 0"):
+            skip_index = True
+            header = header[1:]
+    elif first_cells is not None:
+        pending_first = first_cells
+    if header is None:
+        if columns:
+            header = list(columns)
+        elif pending_first is not None:
+            candidate = select_instance(instances, source, None, wanted)
+            header = _default_columns(len(pending_first), candidate)
+            if header is None:
+                raise ConfigError(
+                    f"{source}: rows without a header line and {len(pending_first)} fields: "
+                    "name the columns with cdc.columns (or export with a header)")
+        else:
+            header = []
+    instance = select_instance(instances, source, header, wanted)
+    start_line = len(buffered)
+
+    def rows() -> Iterator[CdcRow | RowReadError]:
+        sqlcmd = False
+        if pending_first is not None:
+            record_iter: Iterator[tuple[list[str], int, str]] = _records(
+                reader, lines, [(pending_first, start_line, "".join(buffered))])
+        else:
+            record_iter = _records(reader, lines, [])
+        width = len(header)
+        for cells, number, raw_text in record_iter:
+            raw = raw_text.rstrip("\r\n").encode()
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                continue
+            if cells[0].startswith("\x00csv error: "):
+                yield RowReadError(source, number, raw, cells[0][1:])
+                continue
+            if _is_dash_line(cells):
+                sqlcmd = True
+                continue
+            if len(cells) == 1 and _AFFECTED.fullmatch(cells[0]):
+                continue
+            if skip_index:
+                cells = cells[1:]
+            if len(cells) != width:
+                yield RowReadError(source, number, raw,
+                                   f"{len(cells)} fields where the header has {width}")
+                continue
+            fields: dict[str, Any] = {}
+            for name, cell in zip(header, cells, strict=True):
+                if sqlcmd:
+                    cell = cell.strip()
+                fields[name] = None if cell in nulls else ("" if cell == "\x00" else cell)
+            yield CdcRow(fields, source, number, raw, False)
+
+    return instance, rows()
+
+
+def _records(reader: Any, lines: _Lines, first: list[tuple[list[str], int, str]]
+             ) -> Iterator[tuple[list[str], int, str]]:
+    yield from first
+    lines.current = []
+    while True:
+        start = lines.number + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield ([f"\x00csv error: {exc}"], start, "".join(lines.current))
+            lines.current = []
+            continue
+        text = "".join(lines.current)
+        lines.current = []
+        yield cells, start, text
