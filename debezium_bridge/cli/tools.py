@@ -1,6 +1,6 @@
 """Tools beside the runners: ``samples`` writes sample Debezium traffic, ``broker`` runs the
-embedded Kafka broker, ``produce`` loads a dump file into Kafka. The demo, the tests and users
-share them."""
+embedded Kafka broker, ``produce`` loads a dump file into Kafka, ``consume`` prints topics. The
+demo, the tests and users share them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pydantic_settings import CliPositionalArg
 from debezium_bridge.clients.kafka import create_topics
 from debezium_bridge.clients.kafka import produce as produce_records
 from debezium_bridge.config import ClientSettings, RunnerSettings
-from debezium_bridge.errors import ConfigError
+from debezium_bridge.errors import ConfigError, ServiceError
 from debezium_bridge.formats.debezium.registry import InMemoryRegistry
 from debezium_bridge.formats.dumps import DumpLineError, read_dumps, write_lossless
 from debezium_bridge.model.records import RawRecord
@@ -147,4 +147,82 @@ def produce(argv: Sequence[str]) -> int:
                                 keep_partitions=config.keep_partitions, timeout=config.timeout)
     log.info("produced %d records to %s", len(delivered),
              ", ".join(sorted({r.topic for r in delivered})))
+    return 0
+
+
+class ConsumeConfig(RunnerSettings):
+    """Settings of ``debezium-bridge consume``."""
+
+    model_config = {"env_prefix": "DEBEZIUM_BRIDGE_CONSUME_"}
+    client_settings_field = "kafka"
+    client_settings_help = ("librdkafka consumer setting under its own name, e.g. "
+                            "-X security.protocol=SASL_SSL (repeatable)")
+
+    topics: CliPositionalArg[list[str]] = []
+    """Topics to print, each from its beginning to its current end."""
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """Kafka ``bootstrap.servers``."""
+    kafka: ClientSettings = {}
+    """Consumer settings under their librdkafka names."""
+    format: Literal["values", "text", "lossless"] = "values"
+    """``values``: each value on a line (``null`` for tombstones); ``text``: coordinates, key,
+    value and headers on a line; ``lossless``: our lossless JSON lines (readable by
+    ``convert`` and ``produce``)."""
+    timeout: float = 30.0
+    """Seconds to wait for the broker before giving up (exit 4)."""
+
+    def model_post_init(self, context: Any) -> None:
+        if not self.topics:
+            raise ConfigError("no topics given")
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", "replace")
+
+
+def consume(argv: Sequence[str]) -> int:
+    """Print topics from their beginning to their current end, then stop."""
+    from debezium_bridge.sidecar.reading import read_ranges, reader
+
+    config = ConsumeConfig.from_args(
+        argv, prog="debezium-bridge consume",
+        description="Print Kafka topics from their beginning to their current end.")
+    client = reader({**config.kafka, "bootstrap.servers": config.bootstrap_servers},
+                    "debezium-bridge-consume")
+    try:
+        metadata = client.list_topics(timeout=config.timeout)
+    except Exception as exc:
+        raise ServiceError(f"Kafka at {config.bootstrap_servers}: {exc}") from None
+    ranges: dict[tuple[str, int], tuple[int, int | None]] = {}
+    for topic in config.topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise ConfigError(f"no topic {topic!r} on {config.bootstrap_servers}")
+        ranges.update({(topic, p): (0, None) for p in sorted(meta.partitions)})
+    out = sys.stdout
+    count = 0
+    try:
+        messages = sorted(read_ranges(client, ranges, config.timeout),
+                          key=lambda m: (m.topic(), m.partition(), m.offset()))
+    finally:
+        client.close()
+    records = []
+    for m in messages:
+        ts_type, ts = m.timestamp()
+        records.append(RawRecord(m.topic(), m.partition(), m.offset(), ts if ts_type else None,
+                                 m.key(), m.value(), tuple(m.headers() or ())))
+    if config.format == "lossless":
+        write_lossless(records, sys.stdout.buffer)
+        count = len(records)
+    for r in records if config.format != "lossless" else ():
+        if config.format == "values":
+            out.write(_text(r.value) + "\n")
+        else:
+            headers = " ".join(f"{name}={_text(value)}" for name, value in r.headers)
+            out.write(f"{r.topic}[{r.partition}]@{r.offset} key={_text(r.key)} "
+                      f"value={_text(r.value)}" + (f" headers: {headers}" if headers else "")
+                      + "\n")
+        count += 1
+    out.flush()
+    log.info("%d records from %s", count, ", ".join(config.topics))
     return 0

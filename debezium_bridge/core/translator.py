@@ -35,7 +35,7 @@ import hashlib
 import heapq
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 GroupKey = tuple[bytes, bytes, str]
+ResumeMark = tuple[tuple[bytes, bytes, int], tuple[tuple[str, bytes], ...]]
+"""A partition's replay-dedupe mark: the highest position seen and the (op, key id) pairs at it
+(see :meth:`Translator.resume_marks`)."""
 
 
 class _BoundedSet:
@@ -224,6 +227,10 @@ class Translator:
         self._tx_expected: dict[bytes, int] = {}
         self._commits: dict[bytes, list[int]] = {}
         """Per commit_lsn with waiting events: [events seen, events still waiting]."""
+        self._released_marks: dict[TopicPartition, tuple[tuple[bytes, bytes, int],
+                                                         set[Any]]] | None = None
+        """With :meth:`track_resume_points`: per partition, the dedupe mark of what was
+        released."""
 
     # -- partitions ---------------------------------------------------------------------------
     def expect(self, partitions: Iterable[TopicPartition]) -> None:
@@ -239,6 +246,14 @@ class Translator:
         self._idle.add(partition)
         self._watermark = None
         self._release_ready()
+
+    def mark_active(self, partition: TopicPartition) -> None:
+        """Count a partition marked idle in the watermark again before it delivers (a runner
+        that sees another partition of a topic wake up expects news from this one too: its
+        records may just not have been fetched yet)."""
+        if partition in self._idle:
+            self._idle.discard(partition)
+            self._watermark = None
 
     # -- input --------------------------------------------------------------------------------
     def process(self, record: KafkaRecord) -> None:
@@ -306,9 +321,21 @@ class Translator:
                     commit = parse_lsn(side.tx_id)
                 except LsnFormatError:
                     return
-                if commit in self._commits:
-                    self._tx_expected[commit] = side.event_count
-                    self._release_ready()
+                self.end_transaction(commit, side.event_count)
+
+    def end_transaction(self, commit: bytes, event_count: int) -> bool:
+        """A transaction END (``provide.transaction.metadata``) for the transaction committed at
+        ``commit`` (``parse_lsn`` form) with ``event_count`` events in this translator's input:
+        once that many have arrived, its groups may be released without waiting for the
+        watermark. A count that is too high only delays release. Returns ``False`` when no
+        event of that transaction has arrived yet (a runner reading the transaction topic
+        ahead of the data may offer it again later), ``True`` otherwise."""
+        if commit in self._commits:
+            self._tx_expected[commit] = event_count
+            self._release_ready()
+            return True
+        upto = self._released_upto
+        return upto is not None and commit < upto[0]
 
     def _accept(self, event: ChangeEvent) -> None:
         record = event.record
@@ -361,6 +388,8 @@ class Translator:
         upto = self._released_upto
         if upto is not None and (commit < upto[0] or (commit == upto[0] and change <= upto[1])):
             counters.late += 1
+            if self._released_marks is not None:
+                self._note_released((event,))
             self._emit_group([event])
             return
         group_key = (commit, change, event.table_id or event.table.table_id)
@@ -459,6 +488,8 @@ class Translator:
                 if e.key_id == b"{}" or (e.op == "r" and e.snapshot != "incremental"):
                     pending_ids.discard(e.identity)
         self._released_upto = group_key
+        if self._released_marks is not None:
+            self._note_released(events)
         commit = group_key[0]
         counts = self._commits[commit]
         if counts[1] > n:
@@ -468,6 +499,69 @@ class Translator:
             if self._tx_expected:
                 self._tx_expected.pop(commit, None)
         self.emit(events)
+
+    # -- resume points (runners that restart from committed input offsets) ---------------------
+    def track_resume_points(self) -> None:
+        """Keep what :meth:`resume_marks` needs (off by default: it costs a little per event).
+
+        A runner that commits input offsets and rebuilds this state after a restart reads each
+        partition again from its lowest waiting offset (:meth:`pending_offsets`), with the
+        replay-dedupe mark that partition had just before that event (:meth:`resume_marks`,
+        given back through :meth:`restore_marks`): replays of events released before the
+        restart point are then still recognised, and everything from it on is decided exactly
+        as before."""
+        if self._released_marks is None:
+            self._released_marks = {}
+
+    def pending_offsets(self) -> dict[TopicPartition, int]:
+        """The lowest input offset still waiting in state, per partition (partitions with
+        nothing waiting are absent). Committed offsets must not pass it. O(waiting events)."""
+        lowest: dict[TopicPartition, int] = {}
+        for events in self._groups.values():
+            for e in events:
+                r = e.record
+                offset = r.offset
+                if offset is None:
+                    continue
+                tp = (r.topic, r.partition)
+                current = lowest.get(tp)
+                if current is None or offset < current:
+                    lowest[tp] = offset
+        return lowest
+
+    def resume_marks(self) -> dict[TopicPartition, ResumeMark]:
+        """Per partition, the replay-dedupe mark as it stood just before its lowest waiting event
+        (or now, when nothing of it waits). Per partition, Debezium writes in position order and
+        the watermark releases in position order, so the released events are exactly the ones
+        before the lowest waiting one. Needs :meth:`track_resume_points`."""
+        if self._released_marks is None:
+            raise RuntimeError("call track_resume_points() before processing")
+        return {tp: (mark[0], tuple(sorted(mark[1])))
+                for tp, mark in self._released_marks.items()}
+
+    def restore_marks(self, marks: Mapping[TopicPartition, ResumeMark]) -> None:
+        """Start partitions from saved marks (:meth:`resume_marks`), before their first record."""
+        self.track_resume_points()
+        assert self._released_marks is not None
+        for tp, (sort_key, locals_) in marks.items():
+            key = (sort_key[0], sort_key[1], sort_key[2])
+            self._partition_marks[tp] = (key, set(locals_))
+            self._released_marks[tp] = (key, set(locals_))
+
+    def _note_released(self, events: Iterable[ChangeEvent]) -> None:
+        marks = self._released_marks
+        assert marks is not None
+        for e in events:
+            if e.op == "r" and e.snapshot != "incremental":
+                continue  # snapshot rows are not in the partition marks
+            r = e.record
+            tp = (r.topic, r.partition)
+            mark = marks.get(tp)
+            sort_key = e.sort_key
+            if mark is None or sort_key > mark[0]:
+                marks[tp] = (sort_key, {(e.op, e.key_id)})
+            elif sort_key == mark[0]:
+                mark[1].add((e.op, e.key_id))
 
     def flush(self) -> None:
         """Release everything still waiting (end of input)."""

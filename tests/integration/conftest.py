@@ -43,6 +43,13 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield kafka.bootstrap_servers
 
 
+@pytest.fixture(scope="session")
+def kafka_embedded(kafka_bootstrap: str) -> bool:
+    """Whether the session broker is the embedded Tansu (short consumer-group timeouts are
+    fine there; real brokers reject sessions under 6 s)."""
+    return not os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and not _docker_answers()
+
+
 @pytest.fixture
 def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
     """Create a fresh topic (the partition count is fixed at creation)."""

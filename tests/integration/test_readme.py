@@ -1,9 +1,10 @@
-"""The README's examples run as written: its shell blocks in order in one shell (the embedded
+"""The README's examples run as written: its ``sh`` blocks in order in one shell (the embedded
 broker started by the first one on 127.0.0.1:9092), its ``job.yaml`` block as the job's file,
 and its Python block; then the outputs are checked against the demo traffic's expectation.
 The change-table section's three examples run from a directory that sees the checkout's
 ``docs/`` (as from the checkout itself); their outputs are checked against the transactions the
-sample export records (docs/examples/cdc/README.md)."""
+sample export records (docs/examples/cdc/README.md). The sidecar section's ``bash`` block (its
+quick start, also in docs/sidecar.md) runs on a broker of its own."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from typing import Any
 import pytest
 
 from debezium_bridge.testing.simulator import demo_expectation
+from tests.golden.demo_case import assert_demo_dead_letters, assert_demo_feed
 from tests.paths import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration]
 README = (ROOT / "README.md").read_text()
 _CDC = re.compile(r"<!-- example: cdc-([\w-]+) -->\s*```[a-z]*\n(.*?)```\s*<!-- /example -->",
                   re.S)
@@ -42,6 +44,7 @@ def _port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.slow
 def test_readme_examples_run_as_written(tmp_path: Path) -> None:
     if not _port_free(9092):
         pytest.fail("port 9092 is taken: the README's broker example needs it")
@@ -87,6 +90,37 @@ def test_readme_examples_run_as_written(tmp_path: Path) -> None:
     assert "balanced" in lib.stdout.splitlines()[-1]
 
 
+def test_readme_sidecar_quick_start_runs_as_written(tmp_path: Path) -> None:
+    """The sidecar section: ten lines that start a broker, produce the sample traffic, run the
+    sidecar and print the translated topic and the DLQ, then stop both with SIGTERM. The sample
+    traffic is the demo's (``debezium-bridge samples``), so the expectation is the traffic
+    generator's: every logical change once, the primary-key change as one update, the corrupt
+    record in the DLQ with Kafka Connect's error headers."""
+    [commands] = _blocks("bash")
+    docs = (ROOT / "docs" / "sidecar.md").read_text().split("## Quick start", 1)[1]
+    assert re.search(r"```bash\n(.*?)```", docs, re.S)[1] == commands
+    assert len(commands.strip().splitlines()) <= 10
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    run = subprocess.Popen(["bash", "-c", commands], cwd=tmp_path, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    try:
+        stdout, stderr = run.communicate(timeout=180)
+    finally:  # leave no broker or sidecar behind, whatever happened
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    expected = demo_expectation()
+    lines = stdout.splitlines()
+    assert_demo_feed([json.loads(line) for line in lines if line.startswith('{"op"')],
+                     expected)
+    dead = [line for line in lines if line.startswith("debezium-bridge.dlq[")]
+    assert_demo_dead_letters(
+        [dict(re.findall(r"(__connect\.errors\.[\w.]+)=(.*?)(?= __connect\.errors\.|$)", d))
+         for d in dead], expected)
+    assert "stopped" in stderr  # the sidecar's clean SIGTERM exit
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -109,6 +143,7 @@ _FLAT = [("insert", 1), ("insert", 2), ("update", 1), ("delete", 2), ("update", 
          ("delete", 1)]
 
 
+@pytest.mark.slow
 def test_readme_change_table_cli_and_net_examples_run_as_written(checkout_like: Path) -> None:
     assert set(CDC_EXAMPLES) == {"cli", "spark", "net"}
     for name in ("cli", "net"):
@@ -143,6 +178,7 @@ def test_readme_change_table_cli_and_net_examples_run_as_written(checkout_like: 
     assert state["windows"][1]["from_lsn"] == "00000025:00000d08:0011"  # increment of 0x…10
 
 
+@pytest.mark.slow
 def test_readme_change_table_spark_example_runs_as_written(checkout_like: Path) -> None:
     env = {k: v for k, v in _env().items() if k != "PYSPARK_PYTHON"}
     run = subprocess.run([sys.executable, "-c", CDC_EXAMPLES["spark"]], cwd=checkout_like,

@@ -310,3 +310,16 @@ class CesAssembler:
     @property
     def pending_segments(self) -> int:
         return self.counters.held
+
+    def held_offsets(self) -> dict[tuple[str, int], int]:
+        """The lowest input offset of a held segment, per partition (for runners that commit
+        input offsets: they must not pass a segment whose event is still incomplete)."""
+        lowest: dict[tuple[str, int], int] = {}
+        for parts in self._pending.values():
+            for record, _ in parts.parts.values():
+                if record.offset is None:
+                    continue
+                tp = (record.topic, record.partition)
+                if record.offset < lowest.get(tp, record.offset + 1):
+                    lowest[tp] = record.offset
+        return lowest
