@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -169,7 +170,10 @@ class ConsumeConfig(RunnerSettings):
     value and headers on a line; ``lossless``: our lossless JSON lines (readable by
     ``convert`` and ``produce``)."""
     timeout: float = 30.0
-    """Seconds to wait for the broker before giving up (exit 4)."""
+    """Seconds to wait for the broker before giving up (exit 4), and at most for ``wait_for``."""
+    wait_for: int = 0
+    """Wait until the topics exist and hold at least this many records (a topic another process
+    is still writing), then print them; fewer after ``timeout`` seconds is exit 1."""
 
     def model_post_init(self, context: Any) -> None:
         if not self.topics:
@@ -180,15 +184,11 @@ def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", "replace")
 
 
-def consume(argv: Sequence[str]) -> int:
-    """Print topics from their beginning to their current end, then stop."""
-    from debezium_bridge.sidecar.reading import read_ranges, reader
+def _read_topics(client: Any, config: ConsumeConfig) -> list[Any]:
+    """Every record of the topics, in (topic, partition, offset) order; a topic that does not
+    exist is an error unless records are awaited (``wait_for``)."""
+    from debezium_bridge.sidecar.reading import read_ranges
 
-    config = ConsumeConfig.from_args(
-        argv, prog="debezium-bridge consume",
-        description="Print Kafka topics from their beginning to their current end.")
-    client = reader({**config.kafka, "bootstrap.servers": config.bootstrap_servers},
-                    "debezium-bridge-consume")
     try:
         metadata = client.list_topics(timeout=config.timeout)
     except Exception as exc:
@@ -197,15 +197,38 @@ def consume(argv: Sequence[str]) -> int:
     for topic in config.topics:
         meta = metadata.topics.get(topic)
         if meta is None or meta.error is not None:
+            if config.wait_for:
+                return []
             raise ConfigError(f"no topic {topic!r} on {config.bootstrap_servers}")
         ranges.update({(topic, p): (0, None) for p in sorted(meta.partitions)})
-    out = sys.stdout
-    count = 0
+    return sorted(read_ranges(client, ranges, config.timeout),
+                  key=lambda m: (m.topic(), m.partition(), m.offset()))
+
+
+def consume(argv: Sequence[str]) -> int:
+    """Print topics from their beginning to their current end, then stop."""
+    from debezium_bridge.sidecar.reading import reader
+
+    config = ConsumeConfig.from_args(
+        argv, prog="debezium-bridge consume",
+        description="Print Kafka topics from their beginning to their current end.")
+    client = reader({**config.kafka, "bootstrap.servers": config.bootstrap_servers},
+                    "debezium-bridge-consume")
+    deadline = time.monotonic() + config.timeout
     try:
-        messages = sorted(read_ranges(client, ranges, config.timeout),
-                          key=lambda m: (m.topic(), m.partition(), m.offset()))
+        while True:
+            messages = _read_topics(client, config)
+            if len(messages) >= config.wait_for:
+                break
+            if time.monotonic() >= deadline:
+                log.error("%d of the %d records awaited after %.0f s", len(messages),
+                          config.wait_for, config.timeout)
+                return 1
+            time.sleep(0.5)
     finally:
         client.close()
+    out = sys.stdout
+    count = 0
     records = []
     for m in messages:
         ts_type, ts = m.timestamp()
