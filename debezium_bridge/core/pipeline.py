@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from debezium_bridge.core import Translator
+from debezium_bridge.core import Translator, native
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
 from debezium_bridge.formats.ces.assemble import CesAssembler
@@ -46,12 +46,43 @@ class Pipeline:
         self.decoder.ces = CesDecoder(ces_options, self.catalog)
         self.translator = Translator(config, self.decoder)
         self.assembler = CesAssembler(ces_options)
+        self._native_seen = 0
+        if self.translator.is_native:
+            # the native core reads what is not CES itself; the rest comes here, through the
+            # assembler, to the Python decoder
+            self.translator.native_fallback = self._declined
+
+    def _declined(self, record: KafkaRecord) -> list[native.Result]:
+        raw = record if record.__class__ is RawRecord else as_raw_record(record)
+        decode = self.decoder.decode
+        return [result for item in self.assembler.feed(raw)  # type: ignore[arg-type]
+                for result in native.fallback_results(decode, item)]
+
+    def _sync_assembler(self) -> None:
+        """Records the native core read itself passed the assembler (they are not CES)."""
+        seen = self.translator._core.native_records
+        if seen != self._native_seen:
+            counters = self.assembler.counters
+            counters.records_in += seen - self._native_seen
+            counters.passed += seen - self._native_seen
+            self._native_seen = seen
 
     def process(self, record: KafkaRecord) -> None:
-        raw = record if record.__class__ is RawRecord else as_raw_record(record)
+        self.process_many((record,))
+
+    def process_many(self, records: Iterable[KafkaRecord]) -> None:
+        """Translate records in order (the native core reads them in one call)."""
+        if self.translator.is_native:
+            try:
+                self.translator.process_many(records)
+            finally:
+                self._sync_assembler()
+            return
         process = self.translator.process
-        for item in self.assembler.feed(raw):  # type: ignore[arg-type]
-            process(item)
+        for record in records:
+            raw = record if record.__class__ is RawRecord else as_raw_record(record)
+            for item in self.assembler.feed(raw):  # type: ignore[arg-type]
+                process(item)
 
     def flush(self) -> None:
         """End of input: incomplete CES events become dead letters, waiting events are
@@ -63,6 +94,12 @@ class Pipeline:
         changes, dead = self.translator.drain()
         assembler_dead = self.assembler.drain_dead()
         return changes, assembler_dead + dead if assembler_dead else dead
+
+    def drain_json(self) -> tuple[bytes, int, list[DeadLetter]]:
+        """As :meth:`Translator.drain_json`, with the assembler's dead letters first."""
+        lines, count, dead = self.translator.drain_json()
+        assembler_dead = self.assembler.drain_dead()
+        return lines, count, assembler_dead + dead if assembler_dead else dead
 
     @property
     def has_output(self) -> bool:

@@ -27,6 +27,12 @@ Rules (SPEC §4), in the order they apply to each input record:
 
 An event that arrives after its position was released (a partition lagging by more than the
 wait) is emitted at once, unpaired, and counted as ``late``.
+
+**Two implementations.** This module is the readable reference. Where the extension
+``debezium_bridge._native`` is built (and ``TranslatorConfig.native`` / ``DEBEZIUM_BRIDGE_NATIVE``
+allow it), :class:`Translator` keeps its state in the native core, which implements these rules
+byte for byte and hands the records it does not decode itself back to the Python decoder
+(:mod:`debezium_bridge.core.native`). The public methods are the same either way.
 """
 
 from __future__ import annotations
@@ -35,11 +41,12 @@ import hashlib
 import heapq
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import msgspec
 
+from debezium_bridge.core import native
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.errors import (
@@ -141,6 +148,7 @@ _new_hash = hashlib.blake2b(digest_size=16).copy
 
 
 _image_encode = msgspec.json.Encoder(order="sorted").encode
+_encode_lines = msgspec.json.Encoder().encode_lines
 _new_digest = hashlib.blake2b(digest_size=8).copy
 
 
@@ -224,11 +232,75 @@ class Translator:
         self._tx_expected: dict[bytes, int] = {}
         self._commits: dict[bytes, list[int]] = {}
         """Per commit_lsn with waiting events: [events seen, events still waiting]."""
+        self.native_fallback: Callable[[KafkaRecord], Iterable[native.Result]] | None = None
+        """Where the native core sends the records it declines (default: this translator's
+        decoder); the CES pipeline puts its segment assembler in front."""
+        self._core: Any = None
+        self._synced: dict[str, int] = {}
+        if native.use_native(self.config.native) and self.decoder.__class__ is Decoder:
+            options = self.decoder.options
+            self._core = native.make_core(
+                pair_key_changes=self.config.pair_key_changes,
+                max_pending=self.config.max_pending,
+                dedupe_capacity=self.config.dedupe_capacity,
+                placeholder=options.unavailable_value_placeholder,
+                binary_mode=options.binary_handling_mode,
+                fallback=self._declined)
+            self._core.configure(list(options.table_schemas), True)
+            self._synced = self._core.counters()
+
+    @property
+    def is_native(self) -> bool:
+        """Whether this translator runs on the native core."""
+        return self._core is not None
+
+    # -- the native core ----------------------------------------------------------------------
+    def _declined(self, record: KafkaRecord) -> Iterable[native.Result]:
+        if self.native_fallback is not None:
+            return self.native_fallback(record)
+        return native.fallback_results(self.decoder.decode, record)
+
+    def _sync(self) -> None:
+        """Apply the native counters' changes to :attr:`counters` (callers may keep and even
+        change that object, e.g. the Spark window state), and tell schema listeners about
+        schemas the native decoder compiled."""
+        now = self._core.counters()
+        counters, before = self.counters, self._synced
+        for name, value in now.items():
+            delta = value - before[name]
+            if delta:
+                setattr(counters, name, getattr(counters, name) + delta)
+        forced = now["released_by_pressure"] - before["released_by_pressure"]
+        if forced and (not before["released_by_pressure"] or before["released_by_pressure"]
+                       // _PRESSURE_LOG_EVERY != now["released_by_pressure"]
+                       // _PRESSURE_LOG_EVERY):
+            log.warning("more than max_pending=%d events wait: releasing the lowest positions "
+                        "before every partition moved past them (%d so far; a key change split "
+                        "across partitions may stay unpaired)", self.config.max_pending,
+                        now["released_by_pressure"])
+        self._synced = now
+        schemas = self._core.take_new_schemas()
+        if schemas and self.decoder.schema_listeners:
+            self._notify_schemas(schemas)
+
+    def _notify_schemas(self, schemas: list[str]) -> None:
+        for text in schemas:
+            try:
+                schema = msgspec.json.decode(text[1:])
+                if text[0] == "v":
+                    self.decoder._compile_envelope_schema(schema)
+                else:
+                    self.decoder._compile_key_schema(schema)
+            except RecordError:
+                continue
 
     # -- partitions ---------------------------------------------------------------------------
     def expect(self, partitions: Iterable[TopicPartition]) -> None:
         """Declare data partitions that will deliver events, so nothing is released before
         each of them has been heard from (or marked idle)."""
+        if self._core is not None:
+            self._core.expect([(topic, partition) for topic, partition in partitions])
+            return
         for tp in partitions:
             if tp not in self._commit_marks:
                 self._commit_marks[tp] = b""
@@ -236,6 +308,10 @@ class Translator:
 
     def mark_idle(self, partition: TopicPartition) -> None:
         """Exclude a partition from the watermark until it delivers again (idle timeout)."""
+        if self._core is not None:
+            self._core.mark_idle(*partition)
+            self._sync()
+            return
         self._idle.add(partition)
         self._watermark = None
         self._release_ready()
@@ -247,6 +323,12 @@ class Translator:
 
     def process_many(self, records: Iterable[KafkaRecord]) -> None:
         """Translate records in order; results become available through :meth:`drain`."""
+        if self._core is not None:
+            try:
+                self._core.process(records)
+            finally:
+                self._sync()
+            return
         counters = self.counters
         decode = self.decoder.decode
         accept = self._accept
@@ -275,6 +357,10 @@ class Translator:
 
     def reject(self, dead_letter: DeadLetter) -> None:
         """Account for input the runner could not even read (e.g. a corrupt dump line)."""
+        if self._core is not None:
+            self._core.reject(dead_letter)
+            self._sync()
+            return
         self.counters.records_in += 1
         self.counters.dead_letters += 1
         self._dead.append(dead_letter)
@@ -457,6 +543,10 @@ class Translator:
 
     def flush(self) -> None:
         """Release everything still waiting (end of input)."""
+        if self._core is not None:
+            self._core.flush()
+            self._sync()
+            return
         heap = self._group_heap
         while heap:
             self._release_group(heapq.heappop(heap))
@@ -465,6 +555,10 @@ class Translator:
     def emit(self, events: list[ChangeEvent]) -> None:
         """Pair and emit one position group whose release a runner decided itself (the Spark
         runner keeps waiting events in Spark state); results come out through :meth:`drain`."""
+        if self._core is not None:
+            self._core.emit([native.flatten(e) for e in events], False)
+            self._sync()
+            return
         if len(events) == 1:
             self.counters.changes_out += 1
             self._changes.append(self._single(events[0]))
@@ -473,6 +567,10 @@ class Translator:
 
     def emit_each(self, events: list[ChangeEvent]) -> None:
         """Emit each event as a change of its own (no pairing), like :meth:`emit` of one."""
+        if self._core is not None:
+            self._core.emit([native.flatten(e) for e in events], True)
+            self._sync()
+            return
         self.counters.changes_out += len(events)
         self._changes.extend(map(self._single, events))
 
@@ -589,13 +687,29 @@ class Translator:
     # -- output -------------------------------------------------------------------------------
     def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:
         """Take the change records and dead letters produced so far."""
+        if self._core is not None:
+            lines, _ = self._core.drain_lines()
+            return native.decode_lines(lines), self._core.drain_dead()
         changes, dead = self._changes, self._dead
         self._changes, self._dead = [], []
         return changes, dead
 
+    def drain_json(self) -> tuple[bytes, int, list[DeadLetter]]:
+        """Take the output as canonical JSON lines (one buffer, each record ending in a
+        newline; what :func:`~debezium_bridge.formats.canonical.encode_lines` writes), their
+        count, and the dead letters: the runners' path, with no object per change on the native
+        core."""
+        if self._core is not None:
+            lines, count = self._core.drain_lines()
+            return lines, count, self._core.drain_dead()
+        changes, dead = self.drain()
+        return _encode_lines(changes) if changes else b"", len(changes), dead
+
     @property
     def has_output(self) -> bool:
         """Whether :meth:`drain` would return anything."""
+        if self._core is not None:
+            return bool(self._core.has_output)
         return bool(self._changes or self._dead)
 
     def translate(self, records: Iterable[KafkaRecord], *, flush: bool = True
@@ -605,6 +719,8 @@ class Translator:
 
     def state_size(self) -> dict[str, int]:
         """Sizes of the bounded state (for logs, metrics and benchmarks)."""
+        if self._core is not None:
+            return dict(self._core.state_size())
         return {
             "pending_events": self.counters.pending,
             "pending_groups": len(self._groups),

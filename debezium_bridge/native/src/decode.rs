@@ -1,0 +1,550 @@
+//! Debezium JsonConverter values and keys (with and without schema) → [`Event`].
+//!
+//! The rules are those of `formats/debezium/decode.py` and `envelope.py`; whatever this module
+//! does not decode exactly like them is a [`Decline`], and the record goes to the Python
+//! decoder (CloudEvents, CES, Avro-JSON wrappers, side records, `op=m`, string serials, bad
+//! input of every kind: the reference writes those dead letters).
+
+use crate::event::{Event, Image, Origin, Tx};
+use crate::lsn;
+use crate::schema::{self, Options, Table};
+use crate::value::{self, Decline, Num, Result};
+use serde::Deserialize;
+use sonic_rs::{JsonContainerTrait, JsonValueTrait, LazyValue};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+const TS_MIN: i64 = -62_135_596_800_000;
+const TS_END: i64 = 253_402_300_800_000;
+
+#[derive(Deserialize)]
+struct SourceJson<'a> {
+    #[serde(borrow, default)]
+    version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    connector: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    ts_ms: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    snapshot: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    db: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    schema: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    table: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    change_lsn: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    commit_lsn: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    event_serial_no: Option<LazyValue<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TxJson<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    total_order: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    data_collection_order: Option<LazyValue<'a>>,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeJson<'a> {
+    #[serde(borrow, default)]
+    before: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    after: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    source: Option<SourceJson<'a>>,
+    #[serde(borrow, default)]
+    op: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    ts_ms: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    transaction: Option<TxJson<'a>>,
+}
+
+#[derive(Deserialize)]
+struct WithSchema<'a> {
+    #[serde(borrow, default)]
+    schema: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    payload: Option<LazyValue<'a>>,
+}
+
+/// A strict integer (msgspec's typed `int`): JSON integer text within 64 bits.
+fn strict_int(v: &Option<LazyValue<'_>>) -> Result<Option<i64>> {
+    match v {
+        None => Ok(None),
+        Some(v) => {
+            let raw = v.as_raw_str();
+            if raw == "null" {
+                return Ok(None);
+            }
+            match schema::kind(raw) {
+                b'-' | b'0'..=b'9' => match value::parse_number(raw)? {
+                    Num::Int(i) => Ok(Some(i)),
+                    _ => Err(Decline),
+                },
+                _ => Err(Decline),
+            }
+        }
+    }
+}
+
+/// How one row image is decoded: a compiled table version, or schema-less.
+#[derive(Clone)]
+pub enum Rows {
+    Schemaless,
+    Table(Arc<Table>),
+}
+
+/// Interning of tables, sources and snapshot markers (shared with the translator).
+#[derive(Default)]
+pub struct Interner {
+    pub tables: Vec<TableInfo>,
+    table_index: hashbrown::HashMap<(Option<String>, String, String), u32>,
+    pub sources: Vec<Vec<u8>>,
+    source_index: hashbrown::HashMap<(Option<String>, Option<String>, Option<String>), u32>,
+    pub snapshots: Vec<String>,
+    snapshot_index: hashbrown::HashMap<String, u32>,
+}
+
+pub struct TableInfo {
+    pub table_id: Arc<str>,
+    /// `{"db":…,"schema":…,"name":…}`
+    pub json: Vec<u8>,
+    pub db: String,
+    pub schema: String,
+    pub name: String,
+}
+
+impl Interner {
+    pub fn table(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
+        if let Some(&i) = self.table_index.get(&(db.map(str::to_string), schema.to_string(), name.to_string())) {
+            return i;
+        }
+        let dbs = db.unwrap_or("");
+        let mut json = Vec::new();
+        json.extend_from_slice(b"{\"db\":");
+        crate::jsonw::write_str(&mut json, dbs);
+        json.extend_from_slice(b",\"schema\":");
+        crate::jsonw::write_str(&mut json, schema);
+        json.extend_from_slice(b",\"name\":");
+        crate::jsonw::write_str(&mut json, name);
+        json.push(b'}');
+        let i = self.tables.len() as u32;
+        self.tables.push(TableInfo {
+            table_id: format!("{dbs}.{schema}.{name}").into(),
+            json,
+            db: dbs.to_string(),
+            schema: schema.to_string(),
+            name: name.to_string(),
+        });
+        self.table_index.insert((db.map(str::to_string), schema.to_string(), name.to_string()), i);
+        i
+    }
+
+    pub fn source(&mut self, connector: Option<&str>, name: Option<&str>, version: Option<&str>) -> u32 {
+        let key = (connector.map(str::to_string), name.map(str::to_string), version.map(str::to_string));
+        if let Some(&i) = self.source_index.get(&key) {
+            return i;
+        }
+        let mut json = Vec::new();
+        json.extend_from_slice(b"{\"connector\":");
+        crate::jsonw::write_opt_str(&mut json, connector);
+        json.extend_from_slice(b",\"name\":");
+        crate::jsonw::write_opt_str(&mut json, name);
+        json.extend_from_slice(b",\"version\":");
+        crate::jsonw::write_opt_str(&mut json, version);
+        json.push(b'}');
+        let i = self.sources.len() as u32;
+        self.sources.push(json);
+        self.source_index.insert(key, i);
+        i
+    }
+
+    pub fn snapshot(&mut self, marker: &str) -> u32 {
+        if let Some(&i) = self.snapshot_index.get(marker) {
+            return i;
+        }
+        let i = self.snapshots.len() as u32;
+        self.snapshots.push(marker.to_string());
+        self.snapshot_index.insert(marker.to_string(), i);
+        i
+    }
+}
+
+/// Decoding state: compiled schemas per prefix, settings.
+pub struct Decoder {
+    pub opts: Options,
+    value_prefixes: hashbrown::HashMap<u32, (Vec<u8>, Option<Rows>)>,
+    key_prefixes: hashbrown::HashMap<u32, (Vec<u8>, Option<Rows>)>,
+    compiled: hashbrown::HashMap<Vec<u8>, Option<Rows>>,
+    /// Schemas first seen (raw JSON), for the Python side's schema listeners.
+    pub new_schemas: Vec<String>,
+    pub report_schemas: bool,
+    /// Topics / `db.schema.table` names whose schema-less values have a table schema in Python
+    /// (those records are declined: the Python decoder applies the schema).
+    pub schema_file_names: hashbrown::HashSet<String>,
+}
+
+/// What the caller knows of the record besides key and value.
+pub struct Input<'a> {
+    pub topic: &'a str,
+    pub topic_id: u32,
+    pub partition: i32,
+    pub offset: Option<i64>,
+    pub tp: u32,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    pub has_headers: bool,
+    /// The last `__debezium.newkey` / `__debezium.oldkey` header: `None` absent,
+    /// `Some(None)` a null header.
+    pub newkey: Option<Option<&'a [u8]>>,
+    pub oldkey: Option<Option<&'a [u8]>>,
+}
+
+const WITH_SCHEMA: &[u8] = b"{\"schema\":";
+
+impl Decoder {
+    pub fn new(opts: Options) -> Self {
+        Decoder {
+            opts,
+            value_prefixes: Default::default(),
+            key_prefixes: Default::default(),
+            compiled: Default::default(),
+            new_schemas: Vec::new(),
+            report_schemas: false,
+            schema_file_names: Default::default(),
+        }
+    }
+
+    fn compile(&mut self, schema_raw: &str, key: bool) -> Option<Rows> {
+        let cache_key = {
+            let mut k = Vec::with_capacity(schema_raw.len() + 1);
+            k.push(key as u8);
+            k.extend_from_slice(schema_raw.as_bytes());
+            k
+        };
+        if let Some(found) = self.compiled.get(&cache_key) {
+            return found.clone();
+        }
+        let rows = if key {
+            match sonic_rs::from_str::<sonic_rs::Value>(schema_raw) {
+                Ok(v) if v.is_null() => Some(Rows::Schemaless),
+                Ok(v) => Table::from_connect(&v, &self.opts).ok().map(|t| Rows::Table(Arc::new(t))),
+                Err(_) => None,
+            }
+        } else {
+            match Table::from_envelope_schema(schema_raw, &self.opts) {
+                Ok(Some(t)) => Some(Rows::Table(Arc::new(t))),
+                Ok(None) => Some(Rows::Schemaless),
+                Err(_) => None,
+            }
+        };
+        if self.report_schemas && rows.is_some() && schema_raw != "null" {
+            self.new_schemas.push(format!("{}{}", if key { "k" } else { "v" }, schema_raw));
+        }
+        if self.compiled.len() > 4096 {
+            self.compiled.clear();
+        }
+        self.compiled.insert(cache_key, rows.clone());
+        rows
+    }
+
+    /// `{"schema":S,"payload":P}`: the rows of `S` and the raw payload, the schema part
+    /// recognised by the topic's last prefix (parsed once per table version).
+    fn split<'v>(&mut self, topic_id: u32, value: &'v [u8], key: bool) -> Result<(Rows, &'v str)> {
+        let cache = if key { &self.key_prefixes } else { &self.value_prefixes };
+        if let Some((prefix, rows)) = cache.get(&topic_id) {
+            if value.len() > prefix.len() && value.starts_with(prefix) && value.last() == Some(&b'}') {
+                let rows = rows.clone().ok_or(Decline)?;
+                let payload = std::str::from_utf8(&value[prefix.len()..value.len() - 1]).map_err(|_| Decline)?;
+                return Ok((rows, payload.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r')));
+            }
+        }
+        let text = std::str::from_utf8(value).map_err(|_| Decline)?;
+        let parts: WithSchema = sonic_rs::from_str(text).map_err(|_| Decline)?;
+        let schema_raw = parts.schema.as_ref().map(|s| s.as_raw_str()).unwrap_or("null");
+        let payload_raw: &'v str = match parts.payload.as_ref() {
+            Some(p) => {
+                let raw = p.as_raw_str();
+                let start = raw.as_ptr() as usize - text.as_ptr() as usize;
+                &text[start..start + raw.len()]
+            }
+            None => "null",
+        };
+        let rows = self.compile(schema_raw, key);
+        // the prefix: everything before the payload when the payload closes the value
+        let payload_start = payload_raw.as_ptr() as usize - text.as_ptr() as usize;
+        if parts.payload.is_some()
+            && value.last() == Some(&b'}')
+            && payload_start + payload_raw.len() == value.len() - 1
+        {
+            let prefix = value[..payload_start].to_vec();
+            let cache = if key { &mut self.key_prefixes } else { &mut self.value_prefixes };
+            cache.insert(topic_id, (prefix, rows.clone()));
+        }
+        Ok((rows.ok_or(Decline)?, payload_raw))
+    }
+
+    /// A row image as canonical JSON appended to `buf`; the unavailable columns appended.
+    fn image(&self, raw: &str, rows: &Rows, buf: &mut Vec<u8>, unavailable: &mut Vec<Box<str>>) -> Result<Image> {
+        if schema::kind(raw) != b'{' {
+            return Err(Decline);
+        }
+        let start = buf.len();
+        let mut members = Vec::new();
+        let mut names = Vec::new();
+        match rows {
+            Rows::Schemaless => {
+                let opts = &self.opts;
+                let mut gone: Vec<Box<str>> = Vec::new();
+                value::transcode_members(
+                    raw,
+                    buf,
+                    &mut |name, v, out| {
+                        if schema::kind(v) == b'"' && v.len() >= opts.placeholder.len().min(opts.placeholder_b64.len()) + 2 {
+                            let text = value::unescape(v)?;
+                            if *text == *opts.placeholder || *text == *opts.placeholder_b64 {
+                                out.extend_from_slice(b"null");
+                                gone.push(name.into());
+                                return Ok(true);
+                            }
+                        }
+                        Ok(false)
+                    },
+                    &mut names,
+                    Some(&mut members),
+                )?;
+                for g in gone {
+                    if !unavailable.contains(&g) {
+                        unavailable.push(g);
+                    }
+                }
+            }
+            Rows::Table(table) => {
+                let opts = &self.opts;
+                let mut text_gone: Vec<usize> = Vec::new();
+                let mut binary_gone: Vec<usize> = Vec::new();
+                let mut hint = 0usize;
+                value::transcode_members(
+                    raw,
+                    buf,
+                    &mut |name, v, out| {
+                        let Some(i) = table.find(name, hint) else {
+                            return Ok(false);
+                        };
+                        hint = i + 1;
+                        let col = &table.columns[i];
+                        if schema::convert(col, v, opts, out)? {
+                            if col.marker == schema::Marker::Text {
+                                text_gone.push(i);
+                            } else {
+                                binary_gone.push(i);
+                            }
+                        }
+                        Ok(true)
+                    },
+                    &mut names,
+                    Some(&mut members),
+                )?;
+                text_gone.sort_unstable();
+                binary_gone.sort_unstable();
+                for i in text_gone.into_iter().chain(binary_gone) {
+                    let name: Box<str> = table.columns[i].name.as_str().into();
+                    if !unavailable.contains(&name) {
+                        unavailable.push(name);
+                    }
+                }
+            }
+        }
+        Ok(Image { span: (start as u32, buf.len() as u32), members })
+    }
+
+    /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
+    /// null key.
+    fn key(&mut self, topic_id: u32, raw: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        if raw.first() == Some(&0) {
+            return Err(Decline); // Confluent Avro keys: see the Avro decoder
+        }
+        let (rows, payload) = if raw.starts_with(WITH_SCHEMA) {
+            self.split(topic_id, raw, true)?
+        } else {
+            let text = std::str::from_utf8(raw).map_err(|_| Decline)?;
+            let text = text.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r');
+            if text == "null" {
+                return Ok(false);
+            }
+            // validate, and leave `{schema, payload}` in another order and Avro-JSON wrapped
+            // values (a nested object) to the reference
+            let parsed: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| Decline)?;
+            let obj = parsed.as_object().ok_or(Decline)?;
+            if obj.iter().any(|(_, v)| v.is_object()) || (obj.contains_key(&"payload") && obj.contains_key(&"schema")) {
+                return Err(Decline);
+            }
+            (Rows::Schemaless, text)
+        };
+        if payload == "null" {
+            return Ok(false);
+        }
+        let mut ignored = Vec::new();
+        self.image(payload, &rows, buf, &mut ignored)?;
+        Ok(true)
+    }
+
+    pub fn decode_key_into(&mut self, topic_id: u32, raw: Option<&[u8]>, buf: &mut Vec<u8>) -> Result<(u32, u32)> {
+        let start = buf.len();
+        let present = match raw {
+            Some(raw) => self.key(topic_id, raw, buf)?,
+            None => false,
+        };
+        if present && buf.len() - start == 2 && &buf[start..] == b"{}" {
+            // an empty key struct: the reference writes `{}` either way
+        } else if !present {
+            buf.truncate(start);
+            buf.extend_from_slice(b"{}");
+        }
+        Ok((start as u32, buf.len() as u32))
+    }
+
+    /// One Debezium JSON value (a data event), or a decline.
+    pub fn decode(&mut self, input: &Input<'_>, interner: &mut Interner) -> Result<Event> {
+        let value = input.value;
+        match value.first() {
+            Some(b'{') => {}
+            _ => return Err(Decline),
+        }
+        if memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some() {
+            return Err(Decline); // CES: the assembler and decoder in Python
+        }
+        let (rows, payload) = if value.starts_with(WITH_SCHEMA) {
+            self.split(input.topic_id, value, false)?
+        } else {
+            (Rows::Schemaless, std::str::from_utf8(value).map_err(|_| Decline)?)
+        };
+        let env: EnvelopeJson = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let op = match env.op.as_deref() {
+            Some("c") => b'c',
+            Some("u") => b'u',
+            Some("d") => b'd',
+            Some("r") => b'r',
+            Some("t") => b't',
+            _ => return Err(Decline), // no op (side records, CloudEvents), "m", unknown
+        };
+        let source = env.source.as_ref().ok_or(Decline)?;
+        let (Some(schema_name), Some(table_name)) = (source.schema.as_deref(), source.table.as_deref()) else {
+            return Err(Decline);
+        };
+        let before_raw = env.before.as_ref().map(|v| v.as_raw_str()).filter(|r| *r != "null");
+        let after_raw = env.after.as_ref().map(|v| v.as_raw_str()).filter(|r| *r != "null");
+        if matches!(op, b'c' | b'r' | b'u') && after_raw.is_none() {
+            return Err(Decline);
+        }
+        if matches!(rows, Rows::Schemaless) && !self.schema_file_names.is_empty() {
+            let table_id = format!("{}.{}.{}", source.db.as_deref().unwrap_or("None"), schema_name, table_name);
+            if self.schema_file_names.contains(input.topic) || self.schema_file_names.contains(&table_id) {
+                return Err(Decline);
+            }
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
+        let key = self.decode_key_into(input.topic_id, input.key, &mut buf)?;
+        let key_empty = &buf[key.0 as usize..key.1 as usize] == b"{}";
+        if op == b'd' && before_raw.is_none() && key_empty {
+            return Err(Decline);
+        }
+        let mut partner_key: Option<Box<[u8]>> = None;
+        if input.has_headers {
+            let header = if op == b'd' { input.newkey } else { input.oldkey };
+            if let Some(Some(raw)) = header {
+                let mut tmp = Vec::new();
+                let span = self.decode_key_into(input.topic_id, Some(raw), &mut tmp)?;
+                partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
+            }
+        }
+        let commit = lsn::parse(source.commit_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
+        let change = lsn::parse(source.change_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
+        if commit.is_none() && op != b't' {
+            return Err(Decline);
+        }
+        let serial = strict_int(&source.event_serial_no)?;
+        if let Some(s) = serial {
+            if s < 0 {
+                return Err(Decline);
+            }
+        }
+        let source_ts = strict_int(&source.ts_ms)?;
+        if let Some(ts) = source_ts {
+            if !(TS_MIN..TS_END).contains(&ts) {
+                return Err(Decline);
+            }
+        }
+        let ts_ms = strict_int(&env.ts_ms)?;
+        if let Some(ts) = ts_ms {
+            if !(TS_MIN..TS_END).contains(&ts) {
+                return Err(Decline);
+            }
+        }
+        let snapshot = match source.snapshot.as_ref().map(|s| s.as_raw_str()) {
+            None | Some("null") | Some("false") => interner.snapshot("false"),
+            Some("true") => interner.snapshot("true"),
+            Some(raw) if schema::kind(raw) == b'"' => {
+                let text = value::unescape(raw)?;
+                interner.snapshot(&text)
+            }
+            Some(_) => return Err(Decline),
+        };
+        let tx = match &env.transaction {
+            None => None,
+            Some(t) => Some(Box::new(Tx {
+                id: t.id.to_string(),
+                total_order: strict_int(&t.total_order)?,
+                data_collection_order: strict_int(&t.data_collection_order)?,
+                begin_lsn: None,
+            })),
+        };
+        let mut unavailable = Vec::new();
+        let before = match before_raw {
+            Some(raw) => Some(self.image(raw, &rows, &mut buf, &mut unavailable)?),
+            None => None,
+        };
+        let after = match after_raw {
+            Some(raw) => Some(self.image(raw, &rows, &mut buf, &mut unavailable)?),
+            None => None,
+        };
+        let table = interner.table(source.db.as_deref(), schema_name, table_name);
+        let source_id = interner.source(source.connector.as_deref(), source.name.as_deref(), source.version.as_deref());
+        let column_order = match &rows {
+            Rows::Table(t) => Some(t.order.clone()),
+            Rows::Schemaless => None,
+        };
+        Ok(Event {
+            origin: Origin { topic: input.topic_id, partition: input.partition, offset: input.offset, tp: input.tp },
+            table,
+            op,
+            buf,
+            key,
+            before,
+            after,
+            unavailable,
+            commit,
+            change,
+            serial,
+            position_text: None,
+            source_ts_ms: source_ts,
+            ts_ms,
+            snapshot,
+            tx,
+            source: source_id,
+            column_order,
+            partner_key,
+            seq: None,
+        })
+    }
+}
