@@ -212,6 +212,44 @@ pub struct Input<'a> {
 
 const WITH_SCHEMA: &[u8] = b"{\"schema\":";
 
+/// Nesting deeper than this is left to the reference (the parsers here recurse).
+const MAX_DEPTH: usize = 64;
+
+/// Whether the JSON text nests no deeper than [`MAX_DEPTH`]: a count of the brackets decides
+/// almost always; only text with many of them is scanned.
+fn shallow(text: &[u8]) -> bool {
+    if memchr::memchr2_iter(b'{', b'[', text).take(MAX_DEPTH + 1).count() <= MAX_DEPTH {
+        return true;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return false;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
 impl Decoder {
     pub fn new(opts: Options) -> Self {
         Decoder {
@@ -371,7 +409,7 @@ impl Decoder {
     /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
     /// null key.
     fn key(&mut self, topic_id: u32, raw: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
-        if raw.first() == Some(&0) {
+        if raw.first() == Some(&0) || !shallow(raw) {
             return Err(Decline); // Confluent Avro keys: see the Avro decoder
         }
         let (rows, payload) = if raw.starts_with(WITH_SCHEMA) {
@@ -420,6 +458,9 @@ impl Decoder {
         match value.first() {
             Some(b'{') => {}
             _ => return Err(Decline),
+        }
+        if !shallow(value) {
+            return Err(Decline);
         }
         if memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some() {
             return Err(Decline); // CES: the assembler and decoder in Python
