@@ -1,6 +1,6 @@
 """Order, deduplicate and pair decoded Debezium events into canonical change records.
 
-Rules (SPEC §4), in the order they apply to each input record:
+Rules (docs/concepts.md), in the order they apply to each input record:
 
 1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters,
    tombstones and side records are counted and dropped.

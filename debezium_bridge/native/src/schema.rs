@@ -14,6 +14,13 @@ use sonic_rs::{JsonContainerTrait, JsonValueTrait};
 use std::sync::Arc;
 
 const MAX_PRECISION: i64 = 38;
+
+/// URL-safe base64, padded or not (the reference pads before decoding).
+const URL_SAFE_ANY_PADDING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
 const FLOAT32_MAX: f64 = 3.4028234663852886e38;
 
 /// The type check of a column (the reference's `_TYPE_CHECKS`).
@@ -489,9 +496,7 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
                 return Err(Decline);
             }
             let text = value::unescape(raw)?;
-            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(text.as_bytes())
-                .map_err(|_| Decline)?;
+            let bytes = URL_SAFE_ANY_PADDING.decode(text.as_bytes()).map_err(|_| Decline)?;
             out.push(b'"');
             out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
             out.push(b'"');
