@@ -105,14 +105,22 @@ impl ImageMemory {
         }
     }
     fn get(&self, identity: u128) -> Option<u64> {
-        self.new.get(&identity).or_else(|| self.old.get(&identity)).copied()
+        self.new
+            .get(&identity)
+            .or_else(|| self.old.get(&identity))
+            .copied()
     }
 }
 
 /// Fixed-seed hashers: identities and digests are the same on every run.
 fn hasher(seed: u64) -> ahash::AHasher {
-    ahash::RandomState::with_seeds(seed, 0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0)
-        .build_hasher()
+    ahash::RandomState::with_seeds(
+        seed,
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+    )
+    .build_hasher()
 }
 
 fn hash128(parts: &dyn Fn(&mut dyn Hasher)) -> u128 {
@@ -169,7 +177,10 @@ const OPS: [(u8, &[u8]); 5] = [
 ];
 
 fn op_name(op: u8) -> &'static [u8] {
-    OPS.iter().find(|(o, _)| *o == op).map(|(_, n)| *n).unwrap_or(b"insert")
+    OPS.iter()
+        .find(|(o, _)| *o == op)
+        .map(|(_, n)| *n)
+        .unwrap_or(b"insert")
 }
 
 #[inline]
@@ -184,7 +195,11 @@ fn op_rank(op: u8) -> u8 {
 impl Core {
     pub fn new(config: Config) -> Self {
         let capacity = config.dedupe_capacity;
-        let half = if capacity > 0 { (capacity / 2).max(1) } else { 0 };
+        let half = if capacity > 0 {
+            (capacity / 2).max(1)
+        } else {
+            0
+        };
         let mut interner = Interner::default();
         let incremental = interner.snapshot("incremental");
         Core {
@@ -197,8 +212,16 @@ impl Core {
             tp_index: Default::default(),
             incremental,
             marks: Default::default(),
-            recent: BoundedSet { capacity, members: Default::default(), order: VecDeque::new() },
-            images: ImageMemory { half, new: Default::default(), old: Default::default() },
+            recent: BoundedSet {
+                capacity,
+                members: Default::default(),
+                order: VecDeque::new(),
+            },
+            images: ImageMemory {
+                half,
+                new: Default::default(),
+                old: Default::default(),
+            },
             pending_ids: Default::default(),
             commit_marks: Default::default(),
             idle: Default::default(),
@@ -323,13 +346,24 @@ impl Core {
             let local_key = e.key_bytes();
             match self.marks.get_mut(&tp) {
                 Some(mark) if sk <= mark.key => {
-                    if sk < mark.key || mark.seen.iter().any(|(o, k)| *o == e.op && **k == *local_key) {
+                    if sk < mark.key
+                        || mark
+                            .seen
+                            .iter()
+                            .any(|(o, k)| *o == e.op && **k == *local_key)
+                    {
                         return self.replayed(&e, identity);
                     }
                     mark.seen.push((e.op, local_key.into()));
                 }
                 _ => {
-                    self.marks.insert(tp, Mark { key: sk, seen: vec![(e.op, local_key.into())] });
+                    self.marks.insert(
+                        tp,
+                        Mark {
+                            key: sk,
+                            seen: vec![(e.op, local_key.into())],
+                        },
+                    );
                 }
             }
             if local_key == b"{}" {
@@ -347,8 +381,6 @@ impl Core {
         // watermark bookkeeping
         let previous = self.commit_marks.get(&tp).copied();
         if previous.is_none() || commit > previous.unwrap_or(0) {
-            if previous.is_none() {
-                }
             self.commit_marks.insert(tp, commit);
             if previous.is_none() || previous == self.watermark || self.idle.contains(&tp) {
                 self.watermark = None;
@@ -382,7 +414,10 @@ impl Core {
         counts[1] += 1;
         let head = self.heap.peek().map(|r| r.0 .0).unwrap_or(TOP);
         match self.watermark {
-            Some(w) if head >= w && self.tx_expected.is_empty() && self.counters.pending <= self.config.max_pending => {}
+            Some(w)
+                if head >= w
+                    && self.tx_expected.is_empty()
+                    && self.counters.pending <= self.config.max_pending => {}
             _ => self.release_ready(),
         }
         None
@@ -435,10 +470,9 @@ impl Core {
         while let Some(Reverse(head)) = self.heap.peek() {
             let commit = head.0;
             let complete = !self.tx_expected.is_empty()
-                && self
-                    .tx_expected
-                    .get(&commit)
-                    .is_some_and(|&expected| self.commits.get(&commit).is_some_and(|c| c[0] >= expected));
+                && self.tx_expected.get(&commit).is_some_and(|&expected| {
+                    self.commits.get(&commit).is_some_and(|c| c[0] >= expected)
+                });
             if commit < watermark || complete {
             } else if self.counters.pending > self.config.max_pending {
                 let forced = self.groups.get(head).map(|g| g.len()).unwrap_or(0) as i64;
@@ -446,7 +480,9 @@ impl Core {
             } else {
                 break;
             }
-            let Some(Reverse(key)) = self.heap.pop() else { break };
+            let Some(Reverse(key)) = self.heap.pop() else {
+                break;
+            };
             self.release_group(key);
         }
     }
@@ -490,7 +526,7 @@ impl Core {
     pub fn emit(&mut self, mut events: Vec<Event>) {
         if events.len() == 1 {
             self.counters.changes_out += 1;
-            let e = events.pop().unwrap_or_else(|| unreachable_event());
+            let e = events.pop().unwrap_or_else(unreachable_event);
             self.write_single(&e);
         } else {
             self.emit_group(events);
@@ -510,15 +546,26 @@ impl Core {
             Single(usize),
             Pair(usize, usize),
         }
-        let mut outputs: Vec<((i64, u8, Vec<u8>), Out)> = Vec::with_capacity(events.len());
+        type Ranked = ((i64, u8, Vec<u8>), Out);
+        let mut outputs: Vec<Ranked> = Vec::with_capacity(events.len());
         let mut used = vec![false; events.len()];
         if self.config.pair_key_changes && events.len() > 1 {
-            let deletes: Vec<usize> = (0..events.len()).filter(|&i| events[i].op == b'd').collect();
-            let creates: Vec<usize> = (0..events.len()).filter(|&i| events[i].op == b'c').collect();
+            let deletes: Vec<usize> = (0..events.len())
+                .filter(|&i| events[i].op == b'd')
+                .collect();
+            let creates: Vec<usize> = (0..events.len())
+                .filter(|&i| events[i].op == b'c')
+                .collect();
             if !deletes.is_empty() && !creates.is_empty() {
                 let mut pairs: Vec<(usize, usize)> = Vec::new();
                 // creates_by_key: the last create with a key wins
-                let create_for = |key: &[u8]| creates.iter().rev().copied().find(|&c| events[c].key_bytes() == key);
+                let create_for = |key: &[u8]| {
+                    creates
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|&c| events[c].key_bytes() == key)
+                };
                 for &d in &deletes {
                     if let Some(c) = create_for(events[d].key_bytes()) {
                         if !used[c] {
@@ -555,13 +602,19 @@ impl Core {
                     }
                     self.counters.merged += 1;
                     let c_ev = &events[c];
-                    outputs.push(((c_ev.sort_serial(), 1, c_ev.key_bytes().to_vec()), Out::Pair(d, c)));
+                    outputs.push((
+                        (c_ev.sort_serial(), 1, c_ev.key_bytes().to_vec()),
+                        Out::Pair(d, c),
+                    ));
                 }
             }
         }
         for (i, e) in events.iter().enumerate() {
             if !used[i] {
-                outputs.push(((e.sort_serial(), op_rank(e.op), e.key_bytes().to_vec()), Out::Single(i)));
+                outputs.push((
+                    (e.sort_serial(), op_rank(e.op), e.key_bytes().to_vec()),
+                    Out::Single(i),
+                ));
             }
         }
         if outputs.len() > 1 {
@@ -624,10 +677,22 @@ impl Core {
         out.extend_from_slice(b",\"changed_columns\":[");
         let unavailable = &e.unavailable;
         match e.op {
-            b'u' => changed(&mut out, e, e.before.as_ref(), e, e.after.as_ref(), unavailable, e.column_order.as_deref()),
+            b'u' => changed(
+                &mut out,
+                e,
+                e.before.as_ref(),
+                e,
+                e.after.as_ref(),
+                unavailable,
+                e.column_order.as_deref(),
+            ),
             b't' => {}
             _ => {
-                let image = if e.op == b'd' { e.before.as_ref() } else { e.after.as_ref() };
+                let image = if e.op == b'd' {
+                    e.before.as_ref()
+                } else {
+                    e.after.as_ref()
+                };
                 columns(&mut out, e, image, e.column_order.as_deref(), unavailable);
             }
         }
@@ -663,7 +728,15 @@ impl Core {
         out.extend_from_slice(b",\"after\":");
         write_image(&mut out, c, &c.after);
         out.extend_from_slice(b",\"changed_columns\":[");
-        changed(&mut out, d, d.before.as_ref(), c, c.after.as_ref(), &unavailable, c.column_order.as_deref());
+        changed(
+            &mut out,
+            d,
+            d.before.as_ref(),
+            c,
+            c.after.as_ref(),
+            &unavailable,
+            c.column_order.as_deref(),
+        );
         out.extend_from_slice(b"],\"unavailable_columns\":[");
         write_names(&mut out, &unavailable);
         out.push(b']');
@@ -756,7 +829,10 @@ impl Core {
             ("pending_groups", self.groups.len() as i64),
             ("partition_marks", self.marks.len() as i64),
             ("recent_identities", self.recent.members.len() as i64),
-            ("image_digests", (self.images.new.len() + self.images.old.len()) as i64),
+            (
+                "image_digests",
+                (self.images.new.len() + self.images.old.len()) as i64,
+            ),
             ("open_transactions", self.tx_expected.len() as i64),
         ]
     }
@@ -766,7 +842,12 @@ impl Core {
 fn unreachable_event() -> Event {
     // `emit` is only called with one event here; never reached
     Event {
-        origin: crate::event::Origin { topic: 0, partition: 0, offset: None, tp: 0 },
+        origin: crate::event::Origin {
+            topic: 0,
+            partition: 0,
+            offset: None,
+            tp: 0,
+        },
         table: 0,
         op: b'c',
         buf: b"{}".to_vec(),
@@ -861,7 +942,13 @@ fn push_name(out: &mut Vec<u8>, first: &mut bool, escaped_name: &[u8]) {
 }
 
 /// `_columns(image, order)` minus the unavailable ones.
-fn columns(out: &mut Vec<u8>, e: &Event, image: Option<&Image>, order: Option<&[String]>, unavailable: &[Box<str>]) {
+fn columns(
+    out: &mut Vec<u8>,
+    e: &Event,
+    image: Option<&Image>,
+    order: Option<&[String]>,
+    unavailable: &[Box<str>],
+) {
     let Some(image) = image else { return };
     let mut first = true;
     match order {
@@ -960,7 +1047,10 @@ pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
     }
     // strip the year's zero padding
     let year_end = date.iter().position(|&b| b == b'-').unwrap_or(4);
-    let lead = date[..year_end - 1].iter().take_while(|&&b| b == b'0').count();
+    let lead = date[..year_end - 1]
+        .iter()
+        .take_while(|&&b| b == b'0')
+        .count();
     out.push(b'"');
     out.extend_from_slice(&date[lead..]);
     out.push(b'T');

@@ -110,10 +110,12 @@ pub struct Interner {
     pub tables: Vec<TableInfo>,
     table_index: hashbrown::HashMap<(Option<String>, String, String), u32>,
     pub sources: Vec<Vec<u8>>,
-    source_index: hashbrown::HashMap<(Option<String>, Option<String>, Option<String>), u32>,
+    source_index: hashbrown::HashMap<SourceKey, u32>,
     pub snapshots: Vec<String>,
     snapshot_index: hashbrown::HashMap<String, u32>,
 }
+
+type SourceKey = (Option<String>, Option<String>, Option<String>);
 
 pub struct TableInfo {
     pub table_id: Arc<str>,
@@ -126,7 +128,10 @@ pub struct TableInfo {
 
 impl Interner {
     pub fn table(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
-        if let Some(&i) = self.table_index.get(&(db.map(str::to_string), schema.to_string(), name.to_string())) {
+        if let Some(&i) =
+            self.table_index
+                .get(&(db.map(str::to_string), schema.to_string(), name.to_string()))
+        {
             return i;
         }
         let dbs = db.unwrap_or("");
@@ -146,12 +151,24 @@ impl Interner {
             schema: schema.to_string(),
             name: name.to_string(),
         });
-        self.table_index.insert((db.map(str::to_string), schema.to_string(), name.to_string()), i);
+        self.table_index.insert(
+            (db.map(str::to_string), schema.to_string(), name.to_string()),
+            i,
+        );
         i
     }
 
-    pub fn source(&mut self, connector: Option<&str>, name: Option<&str>, version: Option<&str>) -> u32 {
-        let key = (connector.map(str::to_string), name.map(str::to_string), version.map(str::to_string));
+    pub fn source(
+        &mut self,
+        connector: Option<&str>,
+        name: Option<&str>,
+        version: Option<&str>,
+    ) -> u32 {
+        let key = (
+            connector.map(str::to_string),
+            name.map(str::to_string),
+            version.map(str::to_string),
+        );
         if let Some(&i) = self.source_index.get(&key) {
             return i;
         }
@@ -218,7 +235,11 @@ const MAX_DEPTH: usize = 64;
 /// Whether the JSON text nests no deeper than [`MAX_DEPTH`]: a count of the brackets decides
 /// almost always; only text with many of them is scanned.
 fn shallow(text: &[u8]) -> bool {
-    if memchr::memchr2_iter(b'{', b'[', text).take(MAX_DEPTH + 1).count() <= MAX_DEPTH {
+    if memchr::memchr2_iter(b'{', b'[', text)
+        .take(MAX_DEPTH + 1)
+        .count()
+        <= MAX_DEPTH
+    {
         return true;
     }
     let mut depth = 0usize;
@@ -276,7 +297,9 @@ impl Decoder {
         let rows = if key {
             match sonic_rs::from_str::<sonic_rs::Value>(schema_raw) {
                 Ok(v) if v.is_null() => Some(Rows::Schemaless),
-                Ok(v) => Table::from_connect(&v, &self.opts).ok().map(|t| Rows::Table(Arc::new(t))),
+                Ok(v) => Table::from_connect(&v, &self.opts)
+                    .ok()
+                    .map(|t| Rows::Table(Arc::new(t))),
                 Err(_) => None,
             }
         } else {
@@ -287,7 +310,8 @@ impl Decoder {
             }
         };
         if self.report_schemas && rows.is_some() && schema_raw != "null" {
-            self.new_schemas.push(format!("{}{}", if key { "k" } else { "v" }, schema_raw));
+            self.new_schemas
+                .push(format!("{}{}", if key { "k" } else { "v" }, schema_raw));
         }
         if self.compiled.len() > 4096 {
             self.compiled.clear();
@@ -299,17 +323,32 @@ impl Decoder {
     /// `{"schema":S,"payload":P}`: the rows of `S` and the raw payload, the schema part
     /// recognised by the topic's last prefix (parsed once per table version).
     fn split<'v>(&mut self, topic_id: u32, value: &'v [u8], key: bool) -> Result<(Rows, &'v str)> {
-        let cache = if key { &self.key_prefixes } else { &self.value_prefixes };
+        let cache = if key {
+            &self.key_prefixes
+        } else {
+            &self.value_prefixes
+        };
         if let Some((prefix, rows)) = cache.get(&topic_id) {
-            if value.len() > prefix.len() && value.starts_with(prefix) && value.last() == Some(&b'}') {
+            if value.len() > prefix.len()
+                && value.starts_with(prefix)
+                && value.last() == Some(&b'}')
+            {
                 let rows = rows.clone().ok_or(Decline)?;
-                let payload = std::str::from_utf8(&value[prefix.len()..value.len() - 1]).map_err(|_| Decline)?;
-                return Ok((rows, payload.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r')));
+                let payload = std::str::from_utf8(&value[prefix.len()..value.len() - 1])
+                    .map_err(|_| Decline)?;
+                return Ok((
+                    rows,
+                    payload.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r'),
+                ));
             }
         }
         let text = std::str::from_utf8(value).map_err(|_| Decline)?;
         let parts: WithSchema = sonic_rs::from_str(text).map_err(|_| Decline)?;
-        let schema_raw = parts.schema.as_ref().map(|s| s.as_raw_str()).unwrap_or("null");
+        let schema_raw = parts
+            .schema
+            .as_ref()
+            .map(|s| s.as_raw_str())
+            .unwrap_or("null");
         let payload_raw: &'v str = match parts.payload.as_ref() {
             Some(p) => {
                 let raw = p.as_raw_str();
@@ -326,14 +365,24 @@ impl Decoder {
             && payload_start + payload_raw.len() == value.len() - 1
         {
             let prefix = value[..payload_start].to_vec();
-            let cache = if key { &mut self.key_prefixes } else { &mut self.value_prefixes };
+            let cache = if key {
+                &mut self.key_prefixes
+            } else {
+                &mut self.value_prefixes
+            };
             cache.insert(topic_id, (prefix, rows.clone()));
         }
         Ok((rows.ok_or(Decline)?, payload_raw))
     }
 
     /// A row image as canonical JSON appended to `buf`; the unavailable columns appended.
-    fn image(&self, raw: &str, rows: &Rows, buf: &mut Vec<u8>, unavailable: &mut Vec<Box<str>>) -> Result<Image> {
+    fn image(
+        &self,
+        raw: &str,
+        rows: &Rows,
+        buf: &mut Vec<u8>,
+        unavailable: &mut Vec<Box<str>>,
+    ) -> Result<Image> {
         if schema::kind(raw) != b'{' {
             return Err(Decline);
         }
@@ -348,7 +397,9 @@ impl Decoder {
                     raw,
                     buf,
                     &mut |name, v, out| {
-                        if schema::kind(v) == b'"' && v.len() >= opts.placeholder.len().min(opts.placeholder_b64.len()) + 2 {
+                        if schema::kind(v) == b'"'
+                            && v.len() >= opts.placeholder.len().min(opts.placeholder_b64.len()) + 2
+                        {
                             let text = value::unescape(v)?;
                             if *text == *opts.placeholder || *text == *opts.placeholder_b64 {
                                 out.extend_from_slice(b"null");
@@ -403,7 +454,10 @@ impl Decoder {
                 }
             }
         }
-        Ok(Image { span: (start as u32, buf.len() as u32), members })
+        Ok(Image {
+            span: (start as u32, buf.len() as u32),
+            members,
+        })
     }
 
     /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
@@ -424,7 +478,9 @@ impl Decoder {
             // values (a nested object) to the reference
             let parsed: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| Decline)?;
             let obj = parsed.as_object().ok_or(Decline)?;
-            if obj.iter().any(|(_, v)| v.is_object()) || (obj.contains_key(&"payload") && obj.contains_key(&"schema")) {
+            if obj.iter().any(|(_, v)| v.is_object())
+                || (obj.contains_key(&"payload") && obj.contains_key(&"schema"))
+            {
                 return Err(Decline);
             }
             (Rows::Schemaless, text)
@@ -437,7 +493,12 @@ impl Decoder {
         Ok(true)
     }
 
-    pub fn decode_key_into(&mut self, topic_id: u32, raw: Option<&[u8]>, buf: &mut Vec<u8>) -> Result<(u32, u32)> {
+    pub fn decode_key_into(
+        &mut self,
+        topic_id: u32,
+        raw: Option<&[u8]>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u32, u32)> {
         let start = buf.len();
         let present = match raw {
             Some(raw) => self.key(topic_id, raw, buf)?,
@@ -462,13 +523,17 @@ impl Decoder {
         if !shallow(value) {
             return Err(Decline);
         }
-        if memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some() {
+        if memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some()
+        {
             return Err(Decline); // CES: the assembler and decoder in Python
         }
         let (rows, payload) = if value.starts_with(WITH_SCHEMA) {
             self.split(input.topic_id, value, false)?
         } else {
-            (Rows::Schemaless, std::str::from_utf8(value).map_err(|_| Decline)?)
+            (
+                Rows::Schemaless,
+                std::str::from_utf8(value).map_err(|_| Decline)?,
+            )
         };
         let env: EnvelopeJson = sonic_rs::from_str(payload).map_err(|_| Decline)?;
         let op = match env.op.as_deref() {
@@ -480,17 +545,34 @@ impl Decoder {
             _ => return Err(Decline), // no op (side records, CloudEvents), "m", unknown
         };
         let source = env.source.as_ref().ok_or(Decline)?;
-        let (Some(schema_name), Some(table_name)) = (source.schema.as_deref(), source.table.as_deref()) else {
+        let (Some(schema_name), Some(table_name)) =
+            (source.schema.as_deref(), source.table.as_deref())
+        else {
             return Err(Decline);
         };
-        let before_raw = env.before.as_ref().map(|v| v.as_raw_str()).filter(|r| *r != "null");
-        let after_raw = env.after.as_ref().map(|v| v.as_raw_str()).filter(|r| *r != "null");
+        let before_raw = env
+            .before
+            .as_ref()
+            .map(|v| v.as_raw_str())
+            .filter(|r| *r != "null");
+        let after_raw = env
+            .after
+            .as_ref()
+            .map(|v| v.as_raw_str())
+            .filter(|r| *r != "null");
         if matches!(op, b'c' | b'r' | b'u') && after_raw.is_none() {
             return Err(Decline);
         }
         if matches!(rows, Rows::Schemaless) && !self.schema_file_names.is_empty() {
-            let table_id = format!("{}.{}.{}", source.db.as_deref().unwrap_or("None"), schema_name, table_name);
-            if self.schema_file_names.contains(input.topic) || self.schema_file_names.contains(&table_id) {
+            let table_id = format!(
+                "{}.{}.{}",
+                source.db.as_deref().unwrap_or("None"),
+                schema_name,
+                table_name
+            );
+            if self.schema_file_names.contains(input.topic)
+                || self.schema_file_names.contains(&table_id)
+            {
                 return Err(Decline);
             }
         }
@@ -502,15 +584,21 @@ impl Decoder {
         }
         let mut partner_key: Option<Box<[u8]>> = None;
         if input.has_headers {
-            let header = if op == b'd' { input.newkey } else { input.oldkey };
+            let header = if op == b'd' {
+                input.newkey
+            } else {
+                input.oldkey
+            };
             if let Some(Some(raw)) = header {
                 let mut tmp = Vec::new();
                 let span = self.decode_key_into(input.topic_id, Some(raw), &mut tmp)?;
                 partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
             }
         }
-        let commit = lsn::parse(source.commit_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
-        let change = lsn::parse(source.change_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
+        let commit =
+            lsn::parse(source.commit_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
+        let change =
+            lsn::parse(source.change_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
         if commit.is_none() && op != b't' {
             return Err(Decline);
         }
@@ -560,13 +648,22 @@ impl Decoder {
             None => None,
         };
         let table = interner.table(source.db.as_deref(), schema_name, table_name);
-        let source_id = interner.source(source.connector.as_deref(), source.name.as_deref(), source.version.as_deref());
+        let source_id = interner.source(
+            source.connector.as_deref(),
+            source.name.as_deref(),
+            source.version.as_deref(),
+        );
         let column_order = match &rows {
             Rows::Table(t) => Some(t.order.clone()),
             Rows::Schemaless => None,
         };
         Ok(Event {
-            origin: Origin { topic: input.topic_id, partition: input.partition, offset: input.offset, tp: input.tp },
+            origin: Origin {
+                topic: input.topic_id,
+                partition: input.partition,
+                offset: input.offset,
+                tp: input.tp,
+            },
             table,
             op,
             buf,

@@ -87,7 +87,10 @@ impl Event {
         let serial = self.serial.unwrap_or(0).max(0) as u64;
         let mut buf = itoa::Buffer::new();
         let digits = buf.format(serial).as_bytes();
-        out.extend(std::iter::repeat_n(b'0', 20usize.saturating_sub(digits.len())));
+        out.extend(std::iter::repeat_n(
+            b'0',
+            20usize.saturating_sub(digits.len()),
+        ));
         out.extend_from_slice(digits);
     }
 

@@ -5,6 +5,10 @@
 /// A parsed LSN: `None` = missing (NULL).
 pub type Lsn = Option<[u8; 10]>;
 
+/// Text that is not an LSN (the reference raises `LsnFormatError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadLsn;
+
 #[inline]
 fn hex_val(b: u8) -> Option<u8> {
     match b {
@@ -43,14 +47,18 @@ pub fn parse_canonical(text: &[u8]) -> Option<[u8; 10]> {
     Some(out)
 }
 
-/// Any accepted form; `Err(())` where the Python reference raises `LsnFormatError` or where
+/// Any accepted form; `Err(BadLsn)` where the Python reference raises `LsnFormatError` or where
 /// its text handling (Unicode whitespace) is not reproduced here (the caller declines).
-pub fn parse(text: &str) -> Result<Lsn, ()> {
+pub fn parse(text: &str) -> Result<Lsn, BadLsn> {
     if let Some(lsn) = parse_canonical(text.as_bytes()) {
         return Ok(Some(lsn));
     }
-    if !text.is_ascii() || text.bytes().any(|b| b < 0x20 && !b" \t\n\r\x0b\x0c".contains(&b)) {
-        return Err(());
+    if !text.is_ascii()
+        || text
+            .bytes()
+            .any(|b| b < 0x20 && !b" \t\n\r\x0b\x0c".contains(&b))
+    {
+        return Err(BadLsn);
     }
     let stripped = text.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\x0b');
     if stripped.is_empty() || stripped.eq_ignore_ascii_case("NULL") {
@@ -64,19 +72,20 @@ pub fn parse(text: &str) -> Result<Lsn, ()> {
     if body.contains(':') {
         let parts: Vec<&str> = body.split(':').collect();
         if parts.len() != 3 || parts[0].len() != 8 || parts[1].len() != 8 || parts[2].len() != 4 {
-            return Err(());
+            return Err(BadLsn);
         }
         joined = parts.concat();
         body = &joined;
     }
     if body.is_empty() || body.len() > 20 || !body.bytes().all(|b| hex_val(b).is_some()) {
-        return Err(());
+        return Err(BadLsn);
     }
     let padded = format!("{body:0>20}");
     let bytes = padded.as_bytes();
     let mut out = [0u8; 10];
     for (i, slot) in out.iter_mut().enumerate() {
-        *slot = (hex_val(bytes[2 * i]).ok_or(())? << 4) | hex_val(bytes[2 * i + 1]).ok_or(())?;
+        *slot = (hex_val(bytes[2 * i]).ok_or(BadLsn)? << 4)
+            | hex_val(bytes[2 * i + 1]).ok_or(BadLsn)?;
     }
     Ok(Some(out))
 }
@@ -113,9 +122,13 @@ mod tests {
 
     #[test]
     fn forms() {
-        let want = Some([0, 0, 0, 0x27, 0, 0, 0x07, 0x58, 0, 3]);
+        let bytes = [0, 0, 0, 0x27, 0, 0, 0x07, 0x58, 0, 3];
+        let want = Some(bytes);
         assert_eq!(parse("00000027:00000758:0003"), Ok(want));
-        assert_eq!(parse("00000027:00000758:0003".to_uppercase().as_str()), Ok(want));
+        assert_eq!(
+            parse("00000027:00000758:0003".to_uppercase().as_str()),
+            Ok(want)
+        );
         assert_eq!(parse("0x00000027000007580003"), Ok(want));
         assert_eq!(parse(" 27000007580003 "), Ok(want));
         assert_eq!(parse("NULL"), Ok(None));
@@ -123,7 +136,7 @@ mod tests {
         assert!(parse("xyz").is_err());
         assert!(parse("0000002:700000758:0003").is_err());
         let mut out = Vec::new();
-        format(&want.unwrap(), &mut out);
+        format(&bytes, &mut out);
         assert_eq!(out, b"00000027:00000758:0003");
     }
 }

@@ -14,11 +14,12 @@ use crate::event::{Event, Image, Origin, Tx};
 use crate::schema::{BinaryMode, Options};
 use crate::value::{self, Decline};
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use pyo3::intern;
 use std::panic::AssertUnwindSafe;
 
+type TxTuple = (String, Option<i64>, Option<i64>, Option<String>);
 
 const NEWKEY: &str = "__debezium.newkey";
 const OLDKEY: &str = "__debezium.oldkey";
@@ -39,7 +40,11 @@ fn binary_mode(name: &str) -> PyResult<BinaryMode> {
         "base64" => BinaryMode::Base64,
         "base64-url-safe" => BinaryMode::Base64UrlSafe,
         "hex" => BinaryMode::Hex,
-        _ => return Err(PyValueError::new_err(format!("unknown binary handling mode {name:?}"))),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "unknown binary handling mode {name:?}"
+            )))
+        }
     })
 }
 
@@ -108,7 +113,13 @@ fn header_keys(headers: &Bound<'_, PyAny>) -> Result<(bool, HeaderValue, HeaderV
         let bytes = if value.is_none() {
             None
         } else {
-            Some(value.cast::<PyBytes>().map_err(|_| Decline)?.as_bytes().to_vec())
+            Some(
+                value
+                    .cast::<PyBytes>()
+                    .map_err(|_| Decline)?
+                    .as_bytes()
+                    .to_vec(),
+            )
         };
         if name == NEWKEY {
             newkey = Some(bytes);
@@ -124,7 +135,12 @@ impl NativeCore {
         self.dead.push(letter);
     }
 
-    fn mismatch_letter(&mut self, py: Python<'_>, record: &Bound<'_, PyAny>, message: String) -> PyResult<()> {
+    fn mismatch_letter(
+        &mut self,
+        py: Python<'_>,
+        record: &Bound<'_, PyAny>,
+        message: String,
+    ) -> PyResult<()> {
         let letter = self.mismatch.call1(py, (record, message))?;
         self.push_dead(letter);
         Ok(())
@@ -132,10 +148,18 @@ impl NativeCore {
 
     /// One record natively; `Ok(false)` when it is declined.
     fn native_one(&mut self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let Ok(f) = fields(py, record) else { return Ok(false) };
-        let Ok(topic) = f.topic.cast::<PyString>() else { return Ok(false) };
-        let Ok(topic) = topic.to_str() else { return Ok(false) };
-        let Ok(partition) = i32::try_from(f.partition) else { return Ok(false) };
+        let Ok(f) = fields(py, record) else {
+            return Ok(false);
+        };
+        let Ok(topic) = f.topic.cast::<PyString>() else {
+            return Ok(false);
+        };
+        let Ok(topic) = topic.to_str() else {
+            return Ok(false);
+        };
+        let Ok(partition) = i32::try_from(f.partition) else {
+            return Ok(false);
+        };
         let Some(value) = f.value.as_ref() else {
             // a tombstone: counted, never a change
             if f.key.as_ref().is_some_and(|k| k.cast::<PyBytes>().is_err()) {
@@ -146,7 +170,9 @@ impl NativeCore {
             self.native_records += 1;
             return Ok(true);
         };
-        let Ok(value) = value.cast::<PyBytes>() else { return Ok(false) };
+        let Ok(value) = value.cast::<PyBytes>() else {
+            return Ok(false);
+        };
         let key = match f.key.as_ref() {
             None => None,
             Some(k) => match k.cast::<PyBytes>() {
@@ -154,7 +180,9 @@ impl NativeCore {
                 Err(_) => return Ok(false),
             },
         };
-        let Ok((has_headers, newkey, oldkey)) = header_keys(&f.headers) else { return Ok(false) };
+        let Ok((has_headers, newkey, oldkey)) = header_keys(&f.headers) else {
+            return Ok(false);
+        };
         let topic_id = self.core.topic(topic);
         let tp = self.core.tp(topic_id, partition);
         let input = Input {
@@ -171,8 +199,11 @@ impl NativeCore {
         };
         let decoder = &mut self.decoder;
         let interner = &mut self.core.interner;
-        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
-        let Ok(Ok(event)) = decoded else { return Ok(false) };
+        let decoded =
+            std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
+        let Ok(Ok(event)) = decoded else {
+            return Ok(false);
+        };
         self.core.counters.records_in += 1;
         self.native_records += 1;
         if let Some(message) = self.core.accept(event) {
@@ -232,7 +263,11 @@ impl NativeCore {
                     self.core.tx_end(crate::core::lsn_key(&lsn), count);
                 }
             }
-            other => return Err(PyValueError::new_err(format!("unknown fallback result {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown fallback result {other:?}"
+                )))
+            }
         }
         Ok(())
     }
@@ -258,7 +293,7 @@ impl NativeCore {
         let source_ts_ms = opt_int(&t.get_item(16)?)?;
         let ts_ms = opt_int(&t.get_item(17)?)?;
         let snapshot: String = t.get_item(18)?.extract()?;
-        let tx: Option<(String, Option<i64>, Option<i64>, Option<String>)> = t.get_item(19)?.extract()?;
+        let tx: Option<TxTuple> = t.get_item(19)?.extract()?;
         let source: (Option<String>, Option<String>, Option<String>) = t.get_item(20)?.extract()?;
         let column_order: Option<Vec<String>> = t.get_item(21)?.extract()?;
         let partner: Option<Vec<u8>> = t.get_item(22)?.extract()?;
@@ -275,7 +310,9 @@ impl NativeCore {
             if b.is_empty() {
                 Ok(None)
             } else {
-                <[u8; 10]>::try_from(b).map(Some).map_err(|_| PyValueError::new_err("LSN of 10 bytes"))
+                <[u8; 10]>::try_from(b)
+                    .map(Some)
+                    .map_err(|_| PyValueError::new_err("LSN of 10 bytes"))
             }
         };
         let commit = lsn_of(&commit_bytes)?;
@@ -286,11 +323,15 @@ impl NativeCore {
         let key_span = (0u32, buf.len() as u32);
         let image = |raw: Option<Vec<u8>>, buf: &mut Vec<u8>| -> PyResult<Option<Image>> {
             let Some(raw) = raw else { return Ok(None) };
-            let text = std::str::from_utf8(&raw).map_err(|_| PyValueError::new_err("image is not UTF-8"))?;
+            let text = std::str::from_utf8(&raw)
+                .map_err(|_| PyValueError::new_err("image is not UTF-8"))?;
             let start = buf.len();
             let members = value::canonical_members(text, buf)
                 .map_err(|_| PyValueError::new_err("image is not a JSON object"))?;
-            Ok(Some(Image { span: (start as u32, buf.len() as u32), members }))
+            Ok(Some(Image {
+                span: (start as u32, buf.len() as u32),
+                members,
+            }))
         };
         let before = image(before, &mut buf)?;
         let after = image(after, &mut buf)?;
@@ -307,17 +348,29 @@ impl NativeCore {
         }
         let interner = &mut self.core.interner;
         let table = interner.table(Some(&db), &schema, &name);
-        let source = interner.source(source.0.as_deref(), source.1.as_deref(), source.2.as_deref());
+        let source = interner.source(
+            source.0.as_deref(),
+            source.1.as_deref(),
+            source.2.as_deref(),
+        );
         let snapshot = interner.snapshot(&snapshot);
         Ok(Event {
-            origin: Origin { topic: topic_id, partition, offset, tp },
+            origin: Origin {
+                topic: topic_id,
+                partition,
+                offset,
+                tp,
+            },
             table,
             op,
             buf,
             key: key_span,
             before,
             after,
-            unavailable: unavailable.into_iter().map(|s| s.into_boxed_str()).collect(),
+            unavailable: unavailable
+                .into_iter()
+                .map(|s| s.into_boxed_str())
+                .collect(),
             commit,
             change,
             serial,
@@ -326,12 +379,21 @@ impl NativeCore {
             ts_ms,
             snapshot,
             tx: tx.map(|(id, total_order, data_collection_order, begin_lsn)| {
-                Box::new(Tx { id, total_order, data_collection_order, begin_lsn })
+                Box::new(Tx {
+                    id,
+                    total_order,
+                    data_collection_order,
+                    begin_lsn,
+                })
             }),
             source,
             column_order: column_order.map(|c| c.into()),
             partner_key: partner.map(|p| p.into_boxed_slice()),
-            seq: if seq.is_empty() { None } else { Some(seq.into_boxed_str()) },
+            seq: if seq.is_empty() {
+                None
+            } else {
+                Some(seq.into_boxed_str())
+            },
         })
     }
 }
@@ -352,7 +414,11 @@ impl NativeCore {
     ) -> PyResult<Self> {
         let opts = Options::new(placeholder, self::binary_mode(binary_mode)?);
         Ok(NativeCore {
-            core: Core::new(Config { pair_key_changes, max_pending, dedupe_capacity }),
+            core: Core::new(Config {
+                pair_key_changes,
+                max_pending,
+                dedupe_capacity,
+            }),
             decoder: Decoder::new(opts),
             fallback,
             mismatch,

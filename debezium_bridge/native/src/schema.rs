@@ -41,9 +41,20 @@ pub enum Check {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Conv {
     None,
-    Decimal { scale: u32, precision: u32 },
-    Timestamp { unit: i64, full: u32, digits: u32 },
-    Time { unit: i64, full: u32, digits: u32 },
+    Decimal {
+        scale: u32,
+        precision: u32,
+    },
+    Timestamp {
+        unit: i64,
+        full: u32,
+        digits: u32,
+    },
+    Time {
+        unit: i64,
+        full: u32,
+        digits: u32,
+    },
     Date,
     IsoUtc,
     Base64Bytes,
@@ -137,7 +148,13 @@ pub fn column(
     params: &[(String, String)],
     opts: &Options,
 ) -> Result<Column> {
-    let param = |key: &str| params.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let param = |key: &str| {
+        params
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
     let check = match connect_type {
         "int8" => Check::Int(-(1 << 7), (1 << 7) - 1),
         "int16" => Check::Int(-(1 << 15), (1 << 15) - 1),
@@ -186,7 +203,10 @@ pub fn column(
             if !(1..=MAX_PRECISION).contains(&precision) || !(0..=precision).contains(&scale) {
                 return Err(Decline);
             }
-            Conv::Decimal { scale: scale as u32, precision: precision as u32 }
+            Conv::Decimal {
+                scale: scale as u32,
+                precision: precision as u32,
+            }
         }
         Some("io.debezium.data.VariableScaleDecimal") => Conv::Decline,
         Some("io.debezium.time.Timestamp") | Some("org.apache.kafka.connect.data.Timestamp") => {
@@ -230,13 +250,22 @@ pub fn column(
         }
         _ => Conv::None,
     };
-    let check = if matches!(conv, Conv::Decimal { .. }) { Check::None } else { check };
+    let check = if matches!(conv, Conv::Decimal { .. }) {
+        Check::None
+    } else {
+        check
+    };
     let marker = match connect_type {
         "string" => Marker::Text,
         "bytes" => Marker::Binary,
         _ => Marker::None,
     };
-    Ok(Column { name: name.to_string(), check, conv, marker })
+    Ok(Column {
+        name: name.to_string(),
+        check,
+        conv,
+        marker,
+    })
 }
 
 fn connect_type_from_json(name: &str) -> Option<&'static str> {
@@ -264,7 +293,11 @@ impl Table {
         for (i, c) in columns.iter().enumerate() {
             index.insert(c.name.clone(), i); // a repeated name: the last column decides
         }
-        Table { columns, order, index }
+        Table {
+            columns,
+            order,
+            index,
+        }
     }
 
     #[inline]
@@ -287,7 +320,10 @@ impl Table {
                 return Err(Decline);
             }
         }
-        let fields = schema.get("fields").and_then(|f| f.as_array()).ok_or(Decline)?;
+        let fields = schema
+            .get("fields")
+            .and_then(|f| f.as_array())
+            .ok_or(Decline)?;
         let mut columns = Vec::with_capacity(fields.len());
         for field in fields.iter() {
             let name = field.get("field").and_then(|v| v.as_str()).ok_or(Decline)?;
@@ -324,7 +360,10 @@ impl Table {
         if schema.get("type").and_then(|t| t.as_str()) != Some("struct") {
             return Err(Decline);
         }
-        let fields = schema.get("fields").and_then(|f| f.as_array()).ok_or(Decline)?;
+        let fields = schema
+            .get("fields")
+            .and_then(|f| f.as_array())
+            .ok_or(Decline)?;
         for field in fields.iter() {
             if field.is_object() {
                 if let Some(name) = field.get("field").and_then(|f| f.as_str()) {
@@ -396,7 +435,11 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
     match col.marker {
         Marker::Text | Marker::Binary if kind(raw) == b'"' => {
             let text = value::unescape(raw)?;
-            let marker = if col.marker == Marker::Text { &opts.placeholder } else { &opts.placeholder_b64 };
+            let marker = if col.marker == Marker::Text {
+                &opts.placeholder
+            } else {
+                &opts.placeholder_b64
+            };
             if *text == **marker {
                 out.extend_from_slice(b"null");
                 return Ok(true);
@@ -488,7 +531,11 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
                 bytes.push(u8::from_str_radix(s, 16).map_err(|_| Decline)?);
             }
             out.push(b'"');
-            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
             out.push(b'"');
         }
         Conv::BinaryUrlSafe => {
@@ -496,9 +543,15 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
                 return Err(Decline);
             }
             let text = value::unescape(raw)?;
-            let bytes = URL_SAFE_ANY_PADDING.decode(text.as_bytes()).map_err(|_| Decline)?;
+            let bytes = URL_SAFE_ANY_PADDING
+                .decode(text.as_bytes())
+                .map_err(|_| Decline)?;
             out.push(b'"');
-            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
             out.push(b'"');
         }
         Conv::DoubleScale(scale) => {
@@ -668,10 +721,22 @@ mod tests {
         write_date(2_932_896, &mut out).unwrap();
         assert_eq!(out, b"1970-01-010001-01-019999-12-31");
         assert!(write_date(2_932_897, &mut Vec::new()).is_err());
-        let col = column("t", "int64", Some("io.debezium.time.NanoTimestamp"), &[],
-                         &Options::new("x", BinaryMode::Bytes)).unwrap();
+        let col = column(
+            "t",
+            "int64",
+            Some("io.debezium.time.NanoTimestamp"),
+            &[],
+            &Options::new("x", BinaryMode::Bytes),
+        )
+        .unwrap();
         let mut out = Vec::new();
-        convert(&col, "1289567655123456700", &Options::new("x", BinaryMode::Bytes), &mut out).unwrap();
+        convert(
+            &col,
+            "1289567655123456700",
+            &Options::new("x", BinaryMode::Bytes),
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out, b"\"2010-11-12T13:14:15.1234567\"");
     }
 

@@ -183,14 +183,23 @@ where
     F: FnMut(&str, &str, &mut Vec<u8>) -> Result<bool>,
 {
     let mut spans: Vec<(usize, usize)> = Vec::new();
-    transcode_members(raw, out, &mut |name, value, out| member(name, value, out), &mut spans, None)
+    transcode_members(
+        raw,
+        out,
+        &mut |name, value, out| member(name, value, out),
+        &mut spans,
+        None,
+    )
 }
+
+/// Decides one member: `Ok(true)` when it wrote the value itself.
+pub type MemberFn<'a> = dyn FnMut(&str, &str, &mut Vec<u8>) -> Result<bool> + 'a;
 
 /// As [`transcode_object`], also recording each member's spans in `members`.
 pub fn transcode_members(
     raw: &str,
     out: &mut Vec<u8>,
-    member: &mut dyn FnMut(&str, &str, &mut Vec<u8>) -> Result<bool>,
+    member: &mut MemberFn<'_>,
     names: &mut Vec<(usize, usize)>,
     mut members: Option<&mut Vec<Member>>,
 ) -> Result<()> {
@@ -208,7 +217,10 @@ pub fn transcode_members(
         jsonw::write_str(out, key);
         let name_end = out.len();
         let new_name = &out[name_start..name_end];
-        if names.iter().any(|&(s, e)| e - s == new_name.len() && out[s..e] == *new_name) {
+        if names
+            .iter()
+            .any(|&(s, e)| e - s == new_name.len() && out[s..e] == *new_name)
+        {
             return Err(Decline); // duplicate key: msgspec keeps the last value at the first place
         }
         names.push((name_start, name_end));
@@ -329,7 +341,8 @@ fn value_eq(a: &sonic_rs::Value, b: &sonic_rs::Value) -> bool {
     }
     if let (Some(x), Some(y)) = (a.as_object(), b.as_object()) {
         return x.len() == y.len()
-            && x.iter().all(|(k, v)| y.get(&k).is_some_and(|w| value_eq(v, w)));
+            && x.iter()
+                .all(|(k, v)| y.get(&k).is_some_and(|w| value_eq(v, w)));
     }
     false
 }
@@ -346,8 +359,10 @@ mod tests {
 
     #[test]
     fn transcodes_like_msgspec() {
-        assert_eq!(t(r#"{"a": -0, "b": 1.0e2, "c": "x\u00e9\/", "d": [1, {"e": null}]}"#).unwrap(),
-                   r#"{"a":0,"b":100.0,"c":"xé/","d":[1,{"e":null}]}"#);
+        assert_eq!(
+            t(r#"{"a": -0, "b": 1.0e2, "c": "x\u00e9\/", "d": [1, {"e": null}]}"#).unwrap(),
+            r#"{"a":0,"b":100.0,"c":"xé/","d":[1,{"e":null}]}"#
+        );
         assert_eq!(t("18446744073709551615").unwrap(), "18446744073709551615");
         assert!(t("18446744073709551616").is_err());
         assert!(t(r#""\ud800""#).is_err());
