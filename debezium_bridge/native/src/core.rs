@@ -293,15 +293,17 @@ impl Core {
                 None => h.write_u8(0),
                 Some(img) => {
                     h.write_u8(1);
-                    let mut members: Vec<_> = img.members.iter().collect();
-                    members.sort_by(|a, b| {
-                        e.buf[a.name.0 as usize..a.name.1 as usize]
-                            .cmp(&e.buf[b.name.0 as usize..b.name.1 as usize])
-                    });
-                    for m in members {
-                        e.buf[m.name.0 as usize..m.name.1 as usize].hash(&mut h);
-                        e.buf[m.value.0 as usize..m.value.1 as usize].hash(&mut h);
+                    // order-independent (the reference sorts the keys): a sum of member hashes
+                    let mut sum = 0u64;
+                    for m in e.members_of(img) {
+                        let mut mh = hasher(4);
+                        mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
+                        mh.write_u8(0xff);
+                        mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
+                        sum = sum.wrapping_add(mh.finish());
                     }
+                    h.write_u64(sum);
+                    h.write_usize(img.members.1 as usize - img.members.0 as usize);
                 }
             }
         }
@@ -854,6 +856,7 @@ fn unreachable_event() -> Event {
         key: (0, 2),
         before: None,
         after: None,
+        members: Vec::new(),
         unavailable: Vec::new(),
         commit: None,
         change: None,
@@ -923,12 +926,12 @@ fn is_unavailable(unavailable: &[Box<str>], escaped_name: &[u8]) -> bool {
 
 fn find_member<'a>(e: &'a Event, image: &Image, name: &[u8], hint: usize) -> Option<&'a [u8]> {
     let buf = &e.buf;
-    if let Some(m) = image.members.get(hint) {
+    if let Some(m) = e.members_of(image).get(hint) {
         if &buf[m.name.0 as usize..m.name.1 as usize] == name {
             return Some(&buf[m.value.0 as usize..m.value.1 as usize]);
         }
     }
-    crate::event::member_value(buf, image, name)
+    crate::event::member_value(e, image, name)
 }
 
 fn push_name(out: &mut Vec<u8>, first: &mut bool, escaped_name: &[u8]) {
@@ -952,7 +955,7 @@ fn columns(
     let Some(image) = image else { return };
     let mut first = true;
     match order {
-        Some(order) if order.len() == image.members.len() => {
+        Some(order) if order.len() == e.members_of(image).len() => {
             for name in order {
                 let esc = escaped(name);
                 if unavailable.is_empty() || !is_unavailable(unavailable, &esc) {
@@ -961,7 +964,7 @@ fn columns(
             }
         }
         _ => {
-            for m in &image.members {
+            for m in e.members_of(image) {
                 let name = &e.buf[m.name.0 as usize..m.name.1 as usize];
                 if unavailable.is_empty() || !is_unavailable(unavailable, name) {
                     push_name(out, &mut first, name);
@@ -1012,7 +1015,7 @@ fn changed(
             }
         }
         None => {
-            for (i, m) in after.members.iter().enumerate() {
+            for (i, m) in ae.members_of(after).iter().enumerate() {
                 let name = &ae.buf[m.name.0 as usize..m.name.1 as usize];
                 if !unavailable.is_empty() && is_unavailable(unavailable, name) {
                     continue;

@@ -7,67 +7,16 @@
 
 use crate::event::{Event, Image, Origin, Tx};
 use crate::lsn;
-use crate::schema::{self, Options, Table};
-use crate::value::{self, Decline, Num, Result};
+use crate::schema::{Options, Table};
+use crate::value::{Decline, Result};
+use crate::parse::{EnvelopeSeed, ImageSeed, RowMode, Snapshot};
+use serde::de::DeserializeSeed;
 use serde::Deserialize;
-use sonic_rs::{JsonContainerTrait, JsonValueTrait, LazyValue};
-use std::borrow::Cow;
+use sonic_rs::{JsonValueTrait, LazyValue};
 use std::sync::Arc;
 
 const TS_MIN: i64 = -62_135_596_800_000;
 const TS_END: i64 = 253_402_300_800_000;
-
-#[derive(Deserialize)]
-struct SourceJson<'a> {
-    #[serde(borrow, default)]
-    version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    connector: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    ts_ms: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    snapshot: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    db: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    schema: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    table: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    change_lsn: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    commit_lsn: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    event_serial_no: Option<LazyValue<'a>>,
-}
-
-#[derive(Deserialize)]
-struct TxJson<'a> {
-    #[serde(borrow)]
-    id: Cow<'a, str>,
-    #[serde(borrow, default)]
-    total_order: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    data_collection_order: Option<LazyValue<'a>>,
-}
-
-#[derive(Deserialize)]
-struct EnvelopeJson<'a> {
-    #[serde(borrow, default)]
-    before: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    after: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    source: Option<SourceJson<'a>>,
-    #[serde(borrow, default)]
-    op: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    ts_ms: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    transaction: Option<TxJson<'a>>,
-}
 
 #[derive(Deserialize)]
 struct WithSchema<'a> {
@@ -75,26 +24,6 @@ struct WithSchema<'a> {
     schema: Option<LazyValue<'a>>,
     #[serde(borrow, default)]
     payload: Option<LazyValue<'a>>,
-}
-
-/// A strict integer (msgspec's typed `int`): JSON integer text within 64 bits.
-fn strict_int(v: &Option<LazyValue<'_>>) -> Result<Option<i64>> {
-    match v {
-        None => Ok(None),
-        Some(v) => {
-            let raw = v.as_raw_str();
-            if raw == "null" {
-                return Ok(None);
-            }
-            match schema::kind(raw) {
-                b'-' | b'0'..=b'9' => match value::parse_number(raw)? {
-                    Num::Int(i) => Ok(Some(i)),
-                    _ => Err(Decline),
-                },
-                _ => Err(Decline),
-            }
-        }
-    }
 }
 
 /// How one row image is decoded: a compiled table version, or schema-less.
@@ -113,6 +42,8 @@ pub struct Interner {
     source_index: hashbrown::HashMap<SourceKey, u32>,
     pub snapshots: Vec<String>,
     snapshot_index: hashbrown::HashMap<String, u32>,
+    last_table: Option<(u32, Option<String>)>,
+    last_source: Option<(u32, SourceKey)>,
 }
 
 type SourceKey = (Option<String>, Option<String>, Option<String>);
@@ -128,6 +59,18 @@ pub struct TableInfo {
 
 impl Interner {
     pub fn table(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
+        if let Some((last, last_db)) = &self.last_table {
+            let info = &self.tables[*last as usize];
+            if info.name == name && info.schema == schema && last_db.as_deref() == db {
+                return *last;
+            }
+        }
+        let i = self.table_slow(db, schema, name);
+        self.last_table = Some((i, db.map(str::to_string)));
+        i
+    }
+
+    fn table_slow(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
         if let Some(&i) =
             self.table_index
                 .get(&(db.map(str::to_string), schema.to_string(), name.to_string()))
@@ -159,6 +102,25 @@ impl Interner {
     }
 
     pub fn source(
+        &mut self,
+        connector: Option<&str>,
+        name: Option<&str>,
+        version: Option<&str>,
+    ) -> u32 {
+        if let Some((i, key)) = &self.last_source {
+            if key.0.as_deref() == connector && key.1.as_deref() == name && key.2.as_deref() == version {
+                return *i;
+            }
+        }
+        let i = self.source_slow(connector, name, version);
+        self.last_source = Some((
+            i,
+            (connector.map(str::to_string), name.map(str::to_string), version.map(str::to_string)),
+        ));
+        i
+    }
+
+    fn source_slow(
         &mut self,
         connector: Option<&str>,
         name: Option<&str>,
@@ -375,89 +337,11 @@ impl Decoder {
         Ok((rows.ok_or(Decline)?, payload_raw))
     }
 
-    /// A row image as canonical JSON appended to `buf`; the unavailable columns appended.
-    fn image(
-        &self,
-        raw: &str,
-        rows: &Rows,
-        buf: &mut Vec<u8>,
-        unavailable: &mut Vec<Box<str>>,
-    ) -> Result<Image> {
-        if schema::kind(raw) != b'{' {
-            return Err(Decline);
-        }
-        let start = buf.len();
-        let mut members = Vec::new();
-        let mut names = Vec::new();
+    fn mode(rows: &Rows) -> RowMode<'_> {
         match rows {
-            Rows::Schemaless => {
-                let opts = &self.opts;
-                let mut gone: Vec<Box<str>> = Vec::new();
-                value::transcode_members(
-                    raw,
-                    buf,
-                    &mut |name, v, out| {
-                        if schema::kind(v) == b'"'
-                            && v.len() >= opts.placeholder.len().min(opts.placeholder_b64.len()) + 2
-                        {
-                            let text = value::unescape(v)?;
-                            if *text == *opts.placeholder || *text == *opts.placeholder_b64 {
-                                out.extend_from_slice(b"null");
-                                gone.push(name.into());
-                                return Ok(true);
-                            }
-                        }
-                        Ok(false)
-                    },
-                    &mut names,
-                    Some(&mut members),
-                )?;
-                for g in gone {
-                    if !unavailable.contains(&g) {
-                        unavailable.push(g);
-                    }
-                }
-            }
-            Rows::Table(table) => {
-                let opts = &self.opts;
-                let mut text_gone: Vec<usize> = Vec::new();
-                let mut binary_gone: Vec<usize> = Vec::new();
-                let mut hint = 0usize;
-                value::transcode_members(
-                    raw,
-                    buf,
-                    &mut |name, v, out| {
-                        let Some(i) = table.find(name, hint) else {
-                            return Ok(false);
-                        };
-                        hint = i + 1;
-                        let col = &table.columns[i];
-                        if schema::convert(col, v, opts, out)? {
-                            if col.marker == schema::Marker::Text {
-                                text_gone.push(i);
-                            } else {
-                                binary_gone.push(i);
-                            }
-                        }
-                        Ok(true)
-                    },
-                    &mut names,
-                    Some(&mut members),
-                )?;
-                text_gone.sort_unstable();
-                binary_gone.sort_unstable();
-                for i in text_gone.into_iter().chain(binary_gone) {
-                    let name: Box<str> = table.columns[i].name.as_str().into();
-                    if !unavailable.contains(&name) {
-                        unavailable.push(name);
-                    }
-                }
-            }
+            Rows::Schemaless => RowMode::Schemaless,
+            Rows::Table(t) => RowMode::Table(t),
         }
-        Ok(Image {
-            span: (start as u32, buf.len() as u32),
-            members,
-        })
     }
 
     /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
@@ -474,13 +358,9 @@ impl Decoder {
             if text == "null" {
                 return Ok(false);
             }
-            // validate, and leave `{schema, payload}` in another order and Avro-JSON wrapped
-            // values (a nested object) to the reference
-            let parsed: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| Decline)?;
-            let obj = parsed.as_object().ok_or(Decline)?;
-            if obj.iter().any(|(_, v)| v.is_object())
-                || (obj.contains_key(&"payload") && obj.contains_key(&"schema"))
-            {
+            // `{schema, payload}` in another order and Avro-JSON wrapped values (a nested
+            // object) are the reference's
+            if !text.starts_with('{') || text.contains("\"payload\"") || text.contains(":{") {
                 return Err(Decline);
             }
             (Rows::Schemaless, text)
@@ -489,8 +369,19 @@ impl Decoder {
             return Ok(false);
         }
         let mut ignored = Vec::new();
-        self.image(payload, &rows, buf, &mut ignored)?;
-        Ok(true)
+        let mut members = Vec::new();
+        let mut de = sonic_rs::Deserializer::from_str(payload);
+        let image = ImageSeed {
+            rows: Self::mode(&rows),
+            opts: &self.opts,
+            out: buf,
+            members: &mut members,
+            gone: &mut ignored,
+        }
+        .deserialize(&mut de)
+        .map_err(|_| Decline)?;
+        de.end().map_err(|_| Decline)?;
+        Ok(image.is_some())
     }
 
     pub fn decode_key_into(
@@ -535,7 +426,20 @@ impl Decoder {
                 std::str::from_utf8(value).map_err(|_| Decline)?,
             )
         };
-        let env: EnvelopeJson = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
+        let mut members = Vec::new();
+        let mut unavailable: Vec<Box<str>> = Vec::new();
+        let mut de = sonic_rs::Deserializer::from_str(payload);
+        let env = EnvelopeSeed {
+            rows: Self::mode(&rows),
+            opts: &self.opts,
+            out: &mut buf,
+            members: &mut members,
+            gone: &mut unavailable,
+        }
+        .deserialize(&mut de)
+        .map_err(|_| Decline)?;
+        de.end().map_err(|_| Decline)?;
         let op = match env.op.as_deref() {
             Some("c") => b'c',
             Some("u") => b'u',
@@ -550,17 +454,7 @@ impl Decoder {
         else {
             return Err(Decline);
         };
-        let before_raw = env
-            .before
-            .as_ref()
-            .map(|v| v.as_raw_str())
-            .filter(|r| *r != "null");
-        let after_raw = env
-            .after
-            .as_ref()
-            .map(|v| v.as_raw_str())
-            .filter(|r| *r != "null");
-        if matches!(op, b'c' | b'r' | b'u') && after_raw.is_none() {
+        if matches!(op, b'c' | b'r' | b'u') && env.after.is_none() {
             return Err(Decline);
         }
         if matches!(rows, Rows::Schemaless) && !self.schema_file_names.is_empty() {
@@ -576,77 +470,62 @@ impl Decoder {
                 return Err(Decline);
             }
         }
-        let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
         let key = self.decode_key_into(input.topic_id, input.key, &mut buf)?;
         let key_empty = &buf[key.0 as usize..key.1 as usize] == b"{}";
-        if op == b'd' && before_raw.is_none() && key_empty {
+        if op == b'd' && env.before.is_none() && key_empty {
             return Err(Decline);
         }
         let mut partner_key: Option<Box<[u8]>> = None;
         if input.has_headers {
-            let header = if op == b'd' {
-                input.newkey
-            } else {
-                input.oldkey
-            };
+            let header = if op == b'd' { input.newkey } else { input.oldkey };
             if let Some(Some(raw)) = header {
                 let mut tmp = Vec::new();
                 let span = self.decode_key_into(input.topic_id, Some(raw), &mut tmp)?;
                 partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
             }
         }
-        let commit =
-            lsn::parse(source.commit_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
-        let change =
-            lsn::parse(source.change_lsn.as_deref().unwrap_or("NULL")).map_err(|_| Decline)?;
+        let commit = match source.commit_lsn.as_deref() {
+            Some(text) => lsn::parse(text).map_err(|_| Decline)?,
+            None => None,
+        };
+        let change = match source.change_lsn.as_deref() {
+            Some(text) => lsn::parse(text).map_err(|_| Decline)?,
+            None => None,
+        };
         if commit.is_none() && op != b't' {
             return Err(Decline);
         }
-        let serial = strict_int(&source.event_serial_no)?;
-        if let Some(s) = serial {
-            if s < 0 {
-                return Err(Decline);
-            }
+        let serial = source.event_serial_no.map(|s| s.0);
+        if serial.is_some_and(|s| s < 0) {
+            return Err(Decline);
         }
-        let source_ts = strict_int(&source.ts_ms)?;
-        if let Some(ts) = source_ts {
-            if !(TS_MIN..TS_END).contains(&ts) {
-                return Err(Decline);
-            }
+        let source_ts = source.ts_ms.map(|s| s.0);
+        if source_ts.is_some_and(|ts| !(TS_MIN..TS_END).contains(&ts)) {
+            return Err(Decline);
         }
-        let ts_ms = strict_int(&env.ts_ms)?;
-        if let Some(ts) = ts_ms {
-            if !(TS_MIN..TS_END).contains(&ts) {
-                return Err(Decline);
-            }
+        let ts_ms = env.ts_ms.map(|s| s.0);
+        if ts_ms.is_some_and(|ts| !(TS_MIN..TS_END).contains(&ts)) {
+            return Err(Decline);
         }
-        let snapshot = match source.snapshot.as_ref().map(|s| s.as_raw_str()) {
-            None | Some("null") | Some("false") => interner.snapshot("false"),
-            Some("true") => interner.snapshot("true"),
-            Some(raw) if schema::kind(raw) == b'"' => {
-                let text = value::unescape(raw)?;
-                interner.snapshot(&text)
-            }
-            Some(_) => return Err(Decline),
+        let snapshot = match &source.snapshot {
+            None | Some(Snapshot::Flag(false)) => interner.snapshot("false"),
+            Some(Snapshot::Flag(true)) => interner.snapshot("true"),
+            Some(Snapshot::Known(text)) => interner.snapshot(text),
+            Some(Snapshot::Other(text)) => interner.snapshot(text),
         };
-        let tx = match &env.transaction {
-            None => None,
-            Some(t) => Some(Box::new(Tx {
+        let tx = env.transaction.as_ref().map(|t| {
+            Box::new(Tx {
                 id: t.id.to_string(),
-                total_order: strict_int(&t.total_order)?,
-                data_collection_order: strict_int(&t.data_collection_order)?,
+                total_order: t.total_order.map(|v| v.0),
+                data_collection_order: t.data_collection_order.map(|v| v.0),
                 begin_lsn: None,
-            })),
+            })
+        });
+        let image = |at: Option<crate::parse::ImageAt>| {
+            at.map(|a| Image { span: a.span, members: a.members })
         };
-        let mut unavailable = Vec::new();
-        let before = match before_raw {
-            Some(raw) => Some(self.image(raw, &rows, &mut buf, &mut unavailable)?),
-            None => None,
-        };
-        let after = match after_raw {
-            Some(raw) => Some(self.image(raw, &rows, &mut buf, &mut unavailable)?),
-            None => None,
-        };
+        let before = image(env.before);
+        let after = image(env.after);
         let table = interner.table(source.db.as_deref(), schema_name, table_name);
         let source_id = interner.source(
             source.connector.as_deref(),
@@ -670,6 +549,7 @@ impl Decoder {
             key,
             before,
             after,
+            members,
             unavailable,
             commit,
             change,

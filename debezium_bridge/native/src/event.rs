@@ -4,11 +4,12 @@ use crate::lsn::Lsn;
 use crate::value::Member;
 use std::sync::Arc;
 
-/// A row image: the canonical JSON object `buf[span]` and where each member sits in it.
-#[derive(Debug, Clone, Default)]
+/// A row image: the canonical JSON object `buf[span]`; its members are
+/// `Event::members[members.0..members.1]`.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Image {
     pub span: (u32, u32),
-    pub members: Vec<Member>,
+    pub members: (u32, u32),
 }
 
 /// What the event came from: the Kafka coordinates, and (for dead letters and lineage) the
@@ -40,6 +41,8 @@ pub struct Event {
     pub key: (u32, u32),
     pub before: Option<Image>,
     pub after: Option<Image>,
+    /// Where each member of the images sits in `buf`.
+    pub members: Vec<Member>,
     pub unavailable: Vec<Box<str>>,
     pub commit: Lsn,
     pub change: Lsn,
@@ -67,6 +70,11 @@ impl Event {
     #[inline]
     pub fn sort_serial(&self) -> i64 {
         self.serial.unwrap_or(-1)
+    }
+
+    #[inline]
+    pub fn members_of(&self, image: &Image) -> &[Member] {
+        &self.members[image.members.0 as usize..image.members.1 as usize]
     }
 
     #[inline]
@@ -112,9 +120,9 @@ impl Event {
 }
 
 /// Lookup of one member by name.
-pub fn member_value<'a>(buf: &'a [u8], image: &Image, name: &[u8]) -> Option<&'a [u8]> {
-    image
-        .members
+pub fn member_value<'a>(e: &'a Event, image: &Image, name: &[u8]) -> Option<&'a [u8]> {
+    let buf = &e.buf;
+    e.members_of(image)
         .iter()
         .find(|m| &buf[m.name.0 as usize..m.name.1 as usize] == name)
         .map(|m| &buf[m.value.0 as usize..m.value.1 as usize])

@@ -24,6 +24,7 @@ pub mod decode;
 pub mod event;
 pub mod jsonw;
 pub mod lsn;
+pub mod parse;
 pub mod schema;
 pub mod value;
 

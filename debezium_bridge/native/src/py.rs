@@ -321,16 +321,20 @@ impl NativeCore {
         let tp = self.core.tp(topic_id, partition);
         let mut buf = key;
         let key_span = (0u32, buf.len() as u32);
-        let image = |raw: Option<Vec<u8>>, buf: &mut Vec<u8>| -> PyResult<Option<Image>> {
+        let mut members = Vec::new();
+        let mut image = |raw: Option<Vec<u8>>, buf: &mut Vec<u8>| -> PyResult<Option<Image>> {
             let Some(raw) = raw else { return Ok(None) };
             let text = std::str::from_utf8(&raw)
                 .map_err(|_| PyValueError::new_err("image is not UTF-8"))?;
             let start = buf.len();
-            let members = value::canonical_members(text, buf)
-                .map_err(|_| PyValueError::new_err("image is not a JSON object"))?;
+            let first = members.len() as u32;
+            members.extend(
+                value::canonical_members(text, buf)
+                    .map_err(|_| PyValueError::new_err("image is not a JSON object"))?,
+            );
             Ok(Some(Image {
                 span: (start as u32, buf.len() as u32),
-                members,
+                members: (first, members.len() as u32),
             }))
         };
         let before = image(before, &mut buf)?;
@@ -367,6 +371,7 @@ impl NativeCore {
             key: key_span,
             before,
             after,
+            members,
             unavailable: unavailable
                 .into_iter()
                 .map(|s| s.into_boxed_str())

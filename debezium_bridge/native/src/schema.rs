@@ -8,7 +8,7 @@
 //! the dead letter when it is bad input).
 
 use crate::jsonw;
-use crate::value::{self, Decline, Num, Result};
+use crate::value::{Decline, Num, Result};
 use base64::Engine;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait};
 use std::sync::Arc;
@@ -379,44 +379,63 @@ impl Table {
 
 // ------------------------------------------------------------------ value conversion
 
-/// The kind of a raw (validated) JSON value.
-#[inline]
-pub fn kind(raw: &str) -> u8 {
-    raw.as_bytes().first().copied().unwrap_or(b' ')
+/// One parsed column value: scalars as the parser gave them; arrays and objects already
+/// written (canonical) to the output, with their opening bracket.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(std::borrow::Cow<'a, str>),
+    Nested(u8),
 }
 
-fn int_of(raw: &str) -> Result<i64> {
-    match value::parse_number(raw)? {
-        Num::Int(v) => Ok(v),
-        _ => Err(Decline),
+impl Scalar<'_> {
+    /// The canonical bytes of a scalar (nested values are written already).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Scalar::Null => out.extend_from_slice(b"null"),
+            Scalar::Bool(true) => out.extend_from_slice(b"true"),
+            Scalar::Bool(false) => out.extend_from_slice(b"false"),
+            Scalar::Int(v) => jsonw::write_i64(out, *v),
+            Scalar::UInt(v) => jsonw::write_u64(out, *v),
+            Scalar::Float(v) => {
+                jsonw::write_f64(out, *v);
+            }
+            Scalar::Str(s) => crate::parse::write_text(out, s),
+            Scalar::Nested(_) => {}
+        }
+    }
+
+    fn number(&self) -> Option<Num> {
+        match self {
+            Scalar::Int(v) => Some(Num::Int(*v)),
+            Scalar::UInt(v) => Some(Num::UInt(*v)),
+            Scalar::Float(v) => Some(Num::Float(*v)),
+            _ => None,
+        }
     }
 }
 
 /// Whether the value passes the column's type check (else the reference raises).
-fn check(c: Check, raw: &str) -> Result<()> {
-    let k = kind(raw);
+fn check(c: Check, v: &Scalar<'_>) -> Result<()> {
     let ok = match c {
         Check::None => true,
-        Check::Int(lo, hi) => {
-            (k == b'-' || k.is_ascii_digit()) && {
-                let v = int_of(raw)?;
-                lo <= v && v <= hi
-            }
-        }
-        Check::Float32 => {
-            (k == b'-' || k.is_ascii_digit())
-                && match value::parse_number(raw)? {
-                    Num::Float(f) => f.abs() <= FLOAT32_MAX,
-                    Num::Int(i) => (i as f64).abs() <= FLOAT32_MAX,
-                    Num::UInt(u) => (u as f64) <= FLOAT32_MAX,
-                }
-        }
-        Check::Float64 => k == b'-' || k.is_ascii_digit(),
-        Check::Bool => k == b't' || k == b'f',
-        Check::Str => k == b'"',
-        Check::Array => k == b'[',
-        Check::Map => k == b'{' || k == b'[',
-        Check::Struct => k == b'{',
+        Check::Int(lo, hi) => matches!(v, Scalar::Int(i) if lo <= *i && *i <= hi),
+        Check::Float32 => match v {
+            Scalar::Float(f) => f.abs() <= FLOAT32_MAX,
+            Scalar::Int(i) => (*i as f64).abs() <= FLOAT32_MAX,
+            Scalar::UInt(u) => (*u as f64) <= FLOAT32_MAX,
+            _ => false,
+        },
+        Check::Float64 => matches!(v, Scalar::Float(_) | Scalar::Int(_) | Scalar::UInt(_)),
+        Check::Bool => matches!(v, Scalar::Bool(_)),
+        Check::Str => matches!(v, Scalar::Str(_)),
+        Check::Array => matches!(v, Scalar::Nested(b'[')),
+        Check::Map => matches!(v, Scalar::Nested(_)),
+        Check::Struct => matches!(v, Scalar::Nested(b'{')),
     };
     if ok {
         Ok(())
@@ -426,42 +445,43 @@ fn check(c: Check, raw: &str) -> Result<()> {
 }
 
 /// Decide one column value: `Ok(true)` = placeholder (unavailable, written as null).
-pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Result<bool> {
-    if raw == "null" {
+pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -> Result<bool> {
+    if v == Scalar::Null {
         out.extend_from_slice(b"null");
         return Ok(false);
     }
-    check(col.check, raw)?;
-    match col.marker {
-        Marker::Text | Marker::Binary if kind(raw) == b'"' => {
-            let text = value::unescape(raw)?;
-            let marker = if col.marker == Marker::Text {
-                &opts.placeholder
-            } else {
-                &opts.placeholder_b64
-            };
-            if *text == **marker {
-                out.extend_from_slice(b"null");
-                return Ok(true);
-            }
+    check(col.check, &v)?;
+    if let (Marker::Text | Marker::Binary, Scalar::Str(text)) = (col.marker, &v) {
+        let marker = if col.marker == Marker::Text { &opts.placeholder } else { &opts.placeholder_b64 };
+        if **text == **marker {
+            out.extend_from_slice(b"null");
+            return Ok(true);
         }
-        _ => {}
     }
+    let int_value = |v: &Scalar<'_>| match v {
+        Scalar::Int(i) => Ok(*i),
+        _ => Err(Decline),
+    };
+    fn text_of<'s>(v: &'s Scalar<'_>) -> Result<&'s str> {
+        match v {
+            Scalar::Str(s) => Ok(s),
+            _ => Err(Decline),
+        }
+    }
+    let text = text_of;
     match col.conv {
-        Conv::None => value::transcode(raw, out)?,
+        Conv::None => v.write(out),
         Conv::Decline => return Err(Decline),
         Conv::Decimal { scale, precision } => {
-            if kind(raw) != b'"' {
-                return Err(Decline); // numbers (decimal.format=NUMERIC): the reference rounds
-            }
-            let text = value::unescape(raw)?;
+            // numbers (decimal.format=NUMERIC) are rounded by the reference: declined
+            let text = text(&v)?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(text.as_bytes())
                 .map_err(|_| Decline)?;
             write_decimal(&bytes, scale, precision, out)?;
         }
         Conv::Timestamp { unit, full, digits } => {
-            let v = int_value(raw)?;
+            let v = int_value(&v)?;
             let seconds = v.div_euclid(unit);
             let sub = v.rem_euclid(unit);
             let days = seconds.div_euclid(86_400);
@@ -474,7 +494,7 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
             out.push(b'"');
         }
         Conv::Time { unit, full, digits } => {
-            let v = int_value(raw)?;
+            let v = int_value(&v)?;
             if !(0..=86_400 * unit).contains(&v) {
                 return Err(Decline);
             }
@@ -484,43 +504,34 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
             out.push(b'"');
         }
         Conv::Date => {
-            let v = int_value(raw)?;
+            let v = int_value(&v)?;
             out.push(b'"');
             write_date(v, out)?;
             out.push(b'"');
         }
         Conv::IsoUtc => {
-            if kind(raw) != b'"' {
-                return Err(Decline);
-            }
-            let text = value::unescape(raw)?;
+            let text = text(&v)?;
             let trimmed = text
                 .strip_suffix('Z')
                 .or_else(|| text.strip_suffix("+00:00"))
-                .unwrap_or(&text);
+                .unwrap_or(text);
             jsonw::write_str(out, trimmed);
         }
         Conv::Base64Bytes => {
-            if kind(raw) != b'"' {
-                return Err(Decline);
-            }
-            let text = value::unescape(raw)?;
+            let text = text(&v)?;
             base64::engine::general_purpose::STANDARD
                 .decode(text.as_bytes())
                 .map_err(|_| Decline)?;
-            jsonw::write_str(out, &text);
+            jsonw::write_str(out, text);
         }
-        Conv::Float32 => match value::parse_number(raw)? {
-            Num::Float(f) => {
+        Conv::Float32 => match v {
+            Scalar::Float(f) => {
                 jsonw::write_f64(out, shortest_f32(f));
             }
-            n => value::write_num(out, n),
+            other => other.write(out),
         },
         Conv::BinaryHex => {
-            if kind(raw) != b'"' {
-                return Err(Decline);
-            }
-            let text = value::unescape(raw)?;
+            let text = text(&v)?;
             let b = text.as_bytes();
             if b.len() % 2 != 0 {
                 return Err(Decline);
@@ -531,31 +542,18 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
                 bytes.push(u8::from_str_radix(s, 16).map_err(|_| Decline)?);
             }
             out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(&bytes)
-                    .as_bytes(),
-            );
+            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
             out.push(b'"');
         }
         Conv::BinaryUrlSafe => {
-            if kind(raw) != b'"' {
-                return Err(Decline);
-            }
-            let text = value::unescape(raw)?;
-            let bytes = URL_SAFE_ANY_PADDING
-                .decode(text.as_bytes())
-                .map_err(|_| Decline)?;
+            let text = text(&v)?;
+            let bytes = URL_SAFE_ANY_PADDING.decode(text.as_bytes()).map_err(|_| Decline)?;
             out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(&bytes)
-                    .as_bytes(),
-            );
+            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
             out.push(b'"');
         }
         Conv::DoubleScale(scale) => {
-            let f = match value::parse_number(raw)? {
+            let f = match v.number().ok_or(Decline)? {
                 Num::Float(f) => f,
                 Num::Int(i) => i as f64,
                 Num::UInt(u) => u as f64,
@@ -566,14 +564,6 @@ pub fn convert(col: &Column, raw: &str, opts: &Options, out: &mut Vec<u8>) -> Re
         }
     }
     Ok(false)
-}
-
-fn int_value(raw: &str) -> Result<i64> {
-    let k = kind(raw);
-    if !(k == b'-' || k.is_ascii_digit()) {
-        return Err(Decline);
-    }
-    int_of(raw)
 }
 
 /// The float whose shortest text of 6 to 9 significant digits reads back as the same float32
@@ -732,7 +722,7 @@ mod tests {
         let mut out = Vec::new();
         convert(
             &col,
-            "1289567655123456700",
+            Scalar::Int(1289567655123456700),
             &Options::new("x", BinaryMode::Bytes),
             &mut out,
         )
