@@ -35,9 +35,11 @@ log = logging.getLogger(__name__)
 
 _native: ModuleType | None
 try:
-    from debezium_bridge import _native
+    from debezium_bridge import _native as _loaded
 except ImportError:  # not built on this platform: the Python reference only
     _native = None
+else:
+    _native = _loaded
 
 ENV = "DEBEZIUM_BRIDGE_NATIVE"
 

@@ -24,6 +24,7 @@ from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import ColumnCatalog
 from debezium_bridge.formats.debezium.decode import Decoder
+from debezium_bridge.formats.dumps import DumpFormat, record_of_line
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
@@ -69,6 +70,36 @@ class Pipeline:
 
     def process(self, record: KafkaRecord) -> None:
         self.process_many((record,))
+
+    # -- dump files on the native core ----------------------------------------------------------
+    def process_dump_chunk(self, chunk: bytes, fmt: DumpFormat, path: str, line_no: int,
+                           last: bool) -> tuple[int, int]:
+        """Translate the complete lines of a chunk of a lossless or kcat dump file on the
+        native core (no Python object per line); returns the bytes consumed and the next line
+        number. Lines it does not read go to the Python reader and decoder; a line that cannot
+        be read is a dead letter (stage ``read``), as in :class:`~debezium_bridge.formats.dumps
+        .DumpReader`."""
+        core = self.translator._core
+
+        def line_fallback(line: bytes, number: int) -> list[native.Result]:
+            try:
+                raw = record_of_line(line, fmt)
+            except ValueError as exc:
+                where = RawRecord(topic=f"file:{path}", partition=0, offset=number, value=line)
+                return [("dead", DeadLetter(where, "read", "DumpLineError", str(exc),
+                                            error_module="debezium_bridge.formats.dumps"))]
+            return self._declined(raw)
+
+        def mismatch_line(line: bytes, number: int, message: str) -> DeadLetter:
+            return native.mismatch_letter(record_of_line(line, fmt), message)
+
+        try:
+            consumed, next_line = core.process_dump(chunk, fmt.value, line_no, last,
+                                                    line_fallback, mismatch_line)
+        finally:
+            self.translator._sync()
+            self._sync_assembler()
+        return consumed, next_line
 
     def process_many(self, records: Iterable[KafkaRecord]) -> None:
         """Translate records in order (the native core reads them in one call)."""

@@ -21,6 +21,7 @@
 
 pub mod core;
 pub mod decode;
+pub mod dumps;
 pub mod event;
 pub mod jsonw;
 pub mod lsn;

@@ -403,6 +403,51 @@ impl NativeCore {
     }
 }
 
+impl NativeCore {
+    /// One dump line natively; `Ok(false)` when declined (nothing was counted).
+    fn native_line(
+        &mut self,
+        py: Python<'_>,
+        line: &[u8],
+        format: crate::dumps::Format,
+        mismatch_line: &Bound<'_, PyAny>,
+        line_no: i64,
+    ) -> PyResult<bool> {
+        let Ok(rec) = crate::dumps::parse_line(line, format) else { return Ok(false) };
+        let topic_id = self.core.topic(&rec.topic);
+        let tp = self.core.tp(topic_id, rec.partition);
+        let Some(value) = rec.value.as_deref() else {
+            self.core.counters.records_in += 1;
+            self.core.counters.tombstones += 1;
+            self.native_records += 1;
+            return Ok(true);
+        };
+        let input = Input {
+            topic: &rec.topic,
+            topic_id,
+            partition: rec.partition,
+            offset: rec.offset,
+            tp,
+            key: rec.key.as_deref(),
+            value,
+            has_headers: rec.has_headers,
+            newkey: rec.newkey.as_ref().map(|v| v.as_deref()),
+            oldkey: rec.oldkey.as_ref().map(|v| v.as_deref()),
+        };
+        let decoder = &mut self.decoder;
+        let interner = &mut self.core.interner;
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
+        let Ok(Ok(event)) = decoded else { return Ok(false) };
+        self.core.counters.records_in += 1;
+        self.native_records += 1;
+        if let Some(message) = self.core.accept(event) {
+            let letter = mismatch_line.call1((PyBytes::new(py, line), line_no, message))?;
+            self.push_dead(letter.unbind());
+        }
+        Ok(true)
+    }
+}
+
 #[pymethods]
 impl NativeCore {
     #[new]
@@ -465,6 +510,97 @@ impl NativeCore {
             self.take_result(py, &item?)?;
         }
         Ok(())
+    }
+
+    /// Translate the complete lines of a chunk of a dump file (`lossless` or `kcat`); returns
+    /// how many bytes were consumed (an incomplete last line is left unless `last`) and the
+    /// next line number. Declined lines go to `line_fallback(line, line_no)` (the Python
+    /// reader and decoder), whose results enter the same state.
+    #[pyo3(signature = (chunk, format, first_line_no, last, line_fallback, mismatch_line))]
+    fn process_dump(
+        &mut self,
+        py: Python<'_>,
+        chunk: &[u8],
+        format: &str,
+        first_line_no: i64,
+        last: bool,
+        line_fallback: &Bound<'_, PyAny>,
+        mismatch_line: &Bound<'_, PyAny>,
+    ) -> PyResult<(usize, i64)> {
+        let format = match format {
+            "lossless" => crate::dumps::Format::Lossless,
+            "kcat" => crate::dumps::Format::Kcat,
+            other => return Err(PyValueError::new_err(format!("no native reader for {other:?}"))),
+        };
+        let mut pos = 0usize;
+        let mut line_no = first_line_no;
+        while pos < chunk.len() {
+            let end = match memchr::memchr(b'\n', &chunk[pos..]) {
+                Some(i) => pos + i,
+                None if last => chunk.len(),
+                None => break,
+            };
+            let mut line = &chunk[pos..end];
+            pos = (end + 1).min(chunk.len());
+            let this = line_no;
+            line_no += 1;
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            if crate::dumps::is_blank(line) {
+                continue;
+            }
+            if !self.native_line(py, line, format, mismatch_line, this)? {
+                let results = line_fallback.call1((PyBytes::new(py, line), this))?;
+                for item in results.try_iter()? {
+                    self.take_result(py, &item?)?;
+                }
+            }
+        }
+        Ok((pos, line_no))
+    }
+
+    /// The data partitions of the complete lines of a chunk (see `process_dump`); lines not
+    /// read here are returned for the Python reader.
+    #[pyo3(signature = (chunk, format, last))]
+    fn scan_dump<'py>(
+        &mut self,
+        py: Python<'py>,
+        chunk: &[u8],
+        format: &str,
+        last: bool,
+    ) -> PyResult<(usize, Vec<(String, i32, bool)>, Vec<Bound<'py, PyBytes>>)> {
+        let format = match format {
+            "lossless" => crate::dumps::Format::Lossless,
+            "kcat" => crate::dumps::Format::Kcat,
+            other => return Err(PyValueError::new_err(format!("no native reader for {other:?}"))),
+        };
+        let mut seen: hashbrown::HashSet<(String, i32, bool)> = hashbrown::HashSet::new();
+        let mut declined = Vec::new();
+        let mut pos = 0usize;
+        while pos < chunk.len() {
+            let end = match memchr::memchr(b'\n', &chunk[pos..]) {
+                Some(i) => pos + i,
+                None if last => chunk.len(),
+                None => break,
+            };
+            let line = &chunk[pos..end];
+            pos = (end + 1).min(chunk.len());
+            if crate::dumps::is_blank(line) {
+                continue;
+            }
+            match crate::dumps::parse_line(line, format) {
+                Ok(rec) => {
+                    let ces = rec.value.as_deref().is_some_and(is_ces);
+                    let key = (rec.topic.to_string(), rec.partition, ces);
+                    if !seen.contains(&key) {
+                        seen.insert(key);
+                    }
+                }
+                Err(_) => declined.push(PyBytes::new(py, line)),
+            }
+        }
+        Ok((pos, seen.into_iter().collect(), declined))
     }
 
     fn reject(&mut self, letter: Py<PyAny>) {
@@ -560,6 +696,17 @@ impl NativeCore {
             d.set_item(k, v)?;
         }
         Ok(d)
+    }
+}
+
+/// `formats.ces.envelope.is_ces`: a CES event (JSON or Avro)?
+fn is_ces(value: &[u8]) -> bool {
+    match value.first() {
+        Some(0x06) => value.get(..4) == Some(b"\x061.0"),
+        Some(b'{' | b' ' | b'\t' | b'\r' | b'\n') => {
+            memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some()
+        }
+        _ => false,
     }
 }
 
