@@ -1028,9 +1028,48 @@ fn changed(
     }
 }
 
+thread_local! {
+    /// The text of the last second written (`"YYYY-MM-DDTHH:MM:SS.`), as the reference caches
+    /// its per-second texts.
+    static LAST_SECOND: std::cell::RefCell<(i64, Vec<u8>)> = const { std::cell::RefCell::new((i64::MIN, Vec::new())) };
+}
+
+/// `iso_ms` (see [`write_iso_ms_uncached`]) through a one-entry cache of the second's text.
+pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
+    let Some(v) = ms else {
+        out.extend_from_slice(b"null");
+        return;
+    };
+    let seconds = v.div_euclid(1000);
+    let millis = v.rem_euclid(1000);
+    let hit = LAST_SECOND.with(|cell| {
+        let cell = cell.borrow();
+        if cell.0 == seconds {
+            out.extend_from_slice(&cell.1);
+            true
+        } else {
+            false
+        }
+    });
+    if !hit {
+        let start = out.len();
+        write_iso_ms_uncached(out, ms);
+        if out.len() - start != 4 {
+            // keep `"…SS.` (the text without the milliseconds and the closing `Z"`)
+            let text = out[start..out.len() - 5].to_vec();
+            LAST_SECOND.with(|cell| *cell.borrow_mut() = (seconds, text));
+        }
+        return;
+    }
+    out.push(b'0' + (millis / 100) as u8);
+    out.push(b'0' + (millis / 10 % 10) as u8);
+    out.push(b'0' + (millis % 10) as u8);
+    out.extend_from_slice(b"Z\"");
+}
+
 /// `iso_ms`: epoch ms as `YYYY-MM-DDTHH:MM:SS.mmmZ` (`null` out of range). The year is not
 /// zero-padded below 1000, as CPython's `strftime("%Y")` on glibc writes it.
-pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
+pub fn write_iso_ms_uncached(out: &mut Vec<u8>, ms: Option<i64>) {
     let Some(ms) = ms else {
         out.extend_from_slice(b"null");
         return;

@@ -9,8 +9,7 @@ use crate::event::{Event, Image, Origin, Tx};
 use crate::lsn;
 use crate::schema::{Options, Table};
 use crate::value::{Decline, Result};
-use crate::parse::{EnvelopeSeed, ImageSeed, RowMode, Snapshot};
-use serde::de::DeserializeSeed;
+use crate::parse::RowMode;
 use serde::Deserialize;
 use sonic_rs::{JsonValueTrait, LazyValue};
 use std::sync::Arc;
@@ -370,17 +369,8 @@ impl Decoder {
         }
         let mut ignored = Vec::new();
         let mut members = Vec::new();
-        let mut de = sonic_rs::Deserializer::from_str(payload);
-        let image = ImageSeed {
-            rows: Self::mode(&rows),
-            opts: &self.opts,
-            out: buf,
-            members: &mut members,
-            gone: &mut ignored,
-        }
-        .deserialize(&mut de)
-        .map_err(|_| Decline)?;
-        de.end().map_err(|_| Decline)?;
+        let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let image = crate::dom::image(&doc, Self::mode(&rows), &self.opts, buf, &mut members, &mut ignored)?;
         Ok(image.is_some())
     }
 
@@ -414,10 +404,7 @@ impl Decoder {
         if !shallow(value) {
             return Err(Decline);
         }
-        if memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some()
-        {
-            return Err(Decline); // CES: the assembler and decoder in Python
-        }
+        // (CES events have no `op`: they are declined below and go through the assembler)
         let (rows, payload) = if value.starts_with(WITH_SCHEMA) {
             self.split(input.topic_id, value, false)?
         } else {
@@ -429,18 +416,9 @@ impl Decoder {
         let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
         let mut members = Vec::new();
         let mut unavailable: Vec<Box<str>> = Vec::new();
-        let mut de = sonic_rs::Deserializer::from_str(payload);
-        let env = EnvelopeSeed {
-            rows: Self::mode(&rows),
-            opts: &self.opts,
-            out: &mut buf,
-            members: &mut members,
-            gone: &mut unavailable,
-        }
-        .deserialize(&mut de)
-        .map_err(|_| Decline)?;
-        de.end().map_err(|_| Decline)?;
-        let op = match env.op.as_deref() {
+        let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let env = crate::dom::envelope(&doc, Self::mode(&rows), &self.opts, &mut buf, &mut members, &mut unavailable)?;
+        let op = match env.op {
             Some("c") => b'c',
             Some("u") => b'u',
             Some("d") => b'd',
@@ -449,8 +427,7 @@ impl Decoder {
             _ => return Err(Decline), // no op (side records, CloudEvents), "m", unknown
         };
         let source = env.source.as_ref().ok_or(Decline)?;
-        let (Some(schema_name), Some(table_name)) =
-            (source.schema.as_deref(), source.table.as_deref())
+        let (Some(schema_name), Some(table_name)) = (source.schema, source.table)
         else {
             return Err(Decline);
         };
@@ -460,7 +437,7 @@ impl Decoder {
         if matches!(rows, Rows::Schemaless) && !self.schema_file_names.is_empty() {
             let table_id = format!(
                 "{}.{}.{}",
-                source.db.as_deref().unwrap_or("None"),
+                source.db.unwrap_or("None"),
                 schema_name,
                 table_name
             );
@@ -484,40 +461,39 @@ impl Decoder {
                 partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
             }
         }
-        let commit = match source.commit_lsn.as_deref() {
+        let commit = match source.commit_lsn {
             Some(text) => lsn::parse(text).map_err(|_| Decline)?,
             None => None,
         };
-        let change = match source.change_lsn.as_deref() {
+        let change = match source.change_lsn {
             Some(text) => lsn::parse(text).map_err(|_| Decline)?,
             None => None,
         };
         if commit.is_none() && op != b't' {
             return Err(Decline);
         }
-        let serial = source.event_serial_no.map(|s| s.0);
+        let serial = source.event_serial_no;
         if serial.is_some_and(|s| s < 0) {
             return Err(Decline);
         }
-        let source_ts = source.ts_ms.map(|s| s.0);
+        let source_ts = source.ts_ms;
         if source_ts.is_some_and(|ts| !(TS_MIN..TS_END).contains(&ts)) {
             return Err(Decline);
         }
-        let ts_ms = env.ts_ms.map(|s| s.0);
+        let ts_ms = env.ts_ms;
         if ts_ms.is_some_and(|ts| !(TS_MIN..TS_END).contains(&ts)) {
             return Err(Decline);
         }
-        let snapshot = match &source.snapshot {
-            None | Some(Snapshot::Flag(false)) => interner.snapshot("false"),
-            Some(Snapshot::Flag(true)) => interner.snapshot("true"),
-            Some(Snapshot::Known(text)) => interner.snapshot(text),
-            Some(Snapshot::Other(text)) => interner.snapshot(text),
+        let snapshot = match source.snapshot {
+            None | Some(Err(false)) => interner.snapshot("false"),
+            Some(Err(true)) => interner.snapshot("true"),
+            Some(Ok(text)) => interner.snapshot(text),
         };
         let tx = env.transaction.as_ref().map(|t| {
             Box::new(Tx {
                 id: t.id.to_string(),
-                total_order: t.total_order.map(|v| v.0),
-                data_collection_order: t.data_collection_order.map(|v| v.0),
+                total_order: t.total_order,
+                data_collection_order: t.data_collection_order,
                 begin_lsn: None,
             })
         });
@@ -526,12 +502,8 @@ impl Decoder {
         };
         let before = image(env.before);
         let after = image(env.after);
-        let table = interner.table(source.db.as_deref(), schema_name, table_name);
-        let source_id = interner.source(
-            source.connector.as_deref(),
-            source.name.as_deref(),
-            source.version.as_deref(),
-        );
+        let table = interner.table(source.db, schema_name, table_name);
+        let source_id = interner.source(source.connector, source.name, source.version);
         let column_order = match &rows {
             Rows::Table(t) => Some(t.order.clone()),
             Rows::Schemaless => None,

@@ -37,13 +37,40 @@ pub fn needs_escape(s: &[u8]) -> bool {
 /// A JSON string (with its quotes).
 #[inline]
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
     out.push(b'"');
     write_str_body(out, s.as_bytes());
     out.push(b'"');
 }
 
+/// Whether a word holds a byte below 0x20, a quote or a backslash (SWAR).
+#[inline]
+fn word_needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = w.wrapping_sub(ONES * 0x20) & !w;
+    let quote = w ^ (ONES * b'"' as u64);
+    let slash = w ^ (ONES * b'\\' as u64);
+    ((below | (quote.wrapping_sub(ONES) & !quote) | (slash.wrapping_sub(ONES) & !slash)) & HIGH) != 0
+}
+
 /// The escaped body of a JSON string (no quotes); `s` is UTF-8.
 pub fn write_str_body(out: &mut Vec<u8>, s: &[u8]) {
+    // the usual case: nothing to escape, checked eight bytes at a time
+    let mut clean = 0;
+    while clean + 8 <= s.len() {
+        let word = u64::from_le_bytes(s[clean..clean + 8].try_into().unwrap_or([0; 8]));
+        if word_needs_escape(word) {
+            break;
+        }
+        clean += 8;
+    }
+    if clean == s.len() || !s[clean..].iter().any(|&b| ESCAPE[b as usize] != 0) {
+        out.extend_from_slice(s);
+        return;
+    }
+    out.extend_from_slice(&s[..clean]);
+    let s = &s[clean..];
     let mut start = 0;
     for (i, &b) in s.iter().enumerate() {
         let esc = ESCAPE[b as usize];

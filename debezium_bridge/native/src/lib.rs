@@ -21,6 +21,7 @@
 
 pub mod core;
 pub mod decode;
+pub mod dom;
 pub mod dumps;
 pub mod event;
 pub mod jsonw;

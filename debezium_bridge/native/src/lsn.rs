@@ -90,27 +90,42 @@ pub fn parse(text: &str) -> Result<Lsn, BadLsn> {
     Ok(Some(out))
 }
 
+/// Two lower-case hex digits per byte value.
+static HEX2: [[u8; 2]; 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [HEX[i >> 4], HEX[i & 15]];
+        i += 1;
+    }
+    t
+};
+
 /// Debezium's lower-case text of an LSN.
 pub fn format(lsn: &[u8; 10], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 22];
+    let mut at = 0;
     for (i, &b) in lsn.iter().enumerate() {
         if i == 4 || i == 8 {
-            out.push(b':');
+            text[at] = b':';
+            at += 1;
         }
-        out.push(HEX[(b >> 4) as usize]);
-        out.push(HEX[(b & 15) as usize]);
+        text[at..at + 2].copy_from_slice(&HEX2[b as usize]);
+        at += 2;
     }
+    out.extend_from_slice(&text);
 }
 
 /// 20 hex digits (zeros for a missing LSN): sorts like the LSN.
 pub fn hex20(lsn: &Lsn, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     match lsn {
         Some(lsn) => {
-            for &b in lsn {
-                out.push(HEX[(b >> 4) as usize]);
-                out.push(HEX[(b & 15) as usize]);
+            let mut text = [0u8; 20];
+            for (i, &b) in lsn.iter().enumerate() {
+                text[2 * i..2 * i + 2].copy_from_slice(&HEX2[b as usize]);
             }
+            out.extend_from_slice(&text);
         }
         None => out.extend_from_slice(b"00000000000000000000"),
     }

@@ -4,7 +4,7 @@
 //!
 //! Parser values the reference would read differently are errors (→ [`Decline`]): integers
 //! beyond 64 bits (sonic-rs gives them as floats: an integral float of 2^63 or more is
-//! ambiguous), `-0` (an integer 0 for the reference, a float -0.0 here), duplicate keys.
+//! ambiguous), float zeros (`-0`, `-0.0` and `0.0` all read as 0.0), duplicate keys.
 
 use crate::jsonw;
 use crate::schema::{self, Options, Scalar, Table};
@@ -19,7 +19,7 @@ fn refuse<E: de::Error>() -> E {
 
 #[inline]
 fn float_ok<E: de::Error>(v: f64) -> Result<f64, E> {
-    if !v.is_finite() || (v == 0.0 && v.is_sign_negative()) || (v.fract() == 0.0 && v.abs() >= 9.223_372_036_854_776e18) {
+    if !v.is_finite() || v == 0.0 || (v.fract() == 0.0 && v.abs() >= 9.223_372_036_854_776e18) {
         return Err(refuse());
     }
     Ok(v)
