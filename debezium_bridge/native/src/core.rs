@@ -822,7 +822,8 @@ impl Core {
         let n = self.out_records;
         self.out_records = 0;
         self.line_ends.clear();
-        (std::mem::take(&mut self.out), n)
+        let capacity = self.out.capacity();
+        (std::mem::replace(&mut self.out, Vec::with_capacity(capacity)), n)
     }
 
     pub fn state_size(&self) -> [(&'static str, i64); 6] {

@@ -275,9 +275,22 @@ pub fn py_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     };
     // different bytes of two strings, or of two values of which one is null, never compare
-    // equal; the rest needs the values
+    // equal; nor do two different canonical integers; two floats compare as floats; the rest
+    // (int against float or bool, arrays, objects) needs the values
     if fa == b'"' || fb == b'"' || fa == b'n' || fb == b'n' {
         return false;
+    }
+    let numeric = |c: u8| c == b'-' || c.is_ascii_digit();
+    if numeric(fa) && numeric(fb) {
+        let is_float = |v: &[u8]| v.iter().any(|&c| c == b'.' || c == b'e' || c == b'E');
+        match (is_float(a), is_float(b)) {
+            (false, false) => return false,
+            (true, true) => {
+                let parse = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|t| t.parse::<f64>().ok());
+                return matches!((parse(a), parse(b)), (Some(x), Some(y)) if x == y);
+            }
+            _ => {}
+        }
     }
     let (Ok(va), Ok(vb)) = (
         sonic_rs::from_slice::<sonic_rs::Value>(a),
