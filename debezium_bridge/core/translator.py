@@ -50,6 +50,7 @@ from debezium_bridge.core import native
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.errors import (
+    ConfigError,
     LsnFormatError,
     RecordError,
     ReplayMismatchError,
@@ -704,6 +705,17 @@ class Translator:
             return lines, count, self._core.drain_dead()
         changes, dead = self.drain()
         return _encode_lines(changes) if changes else b"", len(changes), dead
+
+    def drain_arrow(self) -> tuple[Any, list[DeadLetter]]:
+        """Take the output as one Arrow batch (native core only): an object of the Arrow
+        PyCapsule protocol (``pyarrow.record_batch(batch)``) with the UTF-8 columns
+        ``event_id, op, table_id, seq, commit_ts, key, value`` (``value`` = the canonical JSON
+        line), and the dead letters. The Python core has no Arrow view here (the core imports
+        no Arrow library): runners build one from :meth:`drain_json`."""
+        if self._core is None:
+            raise ConfigError("drain_arrow needs the native core (native: on/auto with the "
+                              "extension built); use drain_json with the Python core")
+        return self._core.drain_arrow(), self._core.drain_dead()
 
     @property
     def has_output(self) -> bool:

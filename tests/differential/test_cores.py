@@ -15,6 +15,7 @@ Python's per-process ``hash``), so those messages are compared up to the hashes.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -115,3 +116,24 @@ def test_native_and_python_cores_agree(encoding: str, seed: int, n: int,
 def test_long_streams_agree(encoding: str, seed: int) -> None:
     """Longer histories (hundreds of changes) with the default settings."""
     _compare(generate(1000 + seed, encoding=encoding, n_changes=400), {}, 500, True)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_arrow_batches_hold_the_canonical_lines(seed: int) -> None:
+    """The native Arrow view: one row per canonical record, ``value`` = the reference's line."""
+    pa = pytest.importorskip("pyarrow")
+    stream = generate(seed, encoding="json-schema", n_changes=60)
+    python = _run(stream, "off", {}, 1000, True)[0]
+    translator = Translator(TranslatorConfig(native="on"))
+    translator.expect(stream.partitions)
+    translator.process_many(stream.records)
+    translator.flush()
+    batch, _ = translator.drain_arrow()
+    table = pa.record_batch(batch)
+    values = table.column("value").to_pylist()
+    assert "".join(v + "\n" for v in values).encode() == python
+    records = [json.loads(v) for v in values]
+    for name in ("event_id", "op", "table_id", "seq", "commit_ts"):
+        assert table.column(name).to_pylist() == [r[name] for r in records]
+    assert [json.loads(k) for k in table.column("key").to_pylist()] == \
+        [r["key"] for r in records]

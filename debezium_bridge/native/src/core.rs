@@ -166,6 +166,10 @@ pub struct Core {
     pub out_records: usize,
     /// Byte offsets of each record line in `out` (for the Arrow view).
     pub line_ends: Vec<usize>,
+    /// Per record line: the spans in `out` of the JSON tokens of op, table_id, seq, commit_ts,
+    /// key and event_id (for the Arrow view).
+    pub spans: Vec<[(u32, u32); 6]>,
+    current: [(u32, u32); 6],
 }
 
 const OPS: [(u8, &[u8]); 5] = [
@@ -234,6 +238,8 @@ impl Core {
             out: Vec::new(),
             out_records: 0,
             line_ends: Vec::new(),
+            spans: Vec::new(),
+            current: [(0, 0); 6],
         }
     }
 
@@ -667,11 +673,16 @@ impl Core {
     fn write_single(&mut self, e: &Event) {
         let mut out = std::mem::take(&mut self.out);
         let op = op_name(e.op);
-        out.extend_from_slice(b"{\"op\":\"");
+        out.extend_from_slice(b"{\"op\":");
+        let at = out.len();
+        out.push(b'"');
         out.extend_from_slice(op);
+        self.current[0] = (at as u32, out.len() as u32 + 1);
         self.write_common_head(e, &mut out);
         out.extend_from_slice(b",\"key\":");
+        let at = out.len();
         out.extend_from_slice(e.key_bytes());
+        self.current[4] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"old_key\":null,\"key_changed\":false,\"before\":");
         write_image(&mut out, e, &e.before);
         out.extend_from_slice(b",\"after\":");
@@ -714,10 +725,15 @@ impl Core {
                 unavailable.push(u.clone());
             }
         }
-        out.extend_from_slice(b"{\"op\":\"update");
+        out.extend_from_slice(b"{\"op\":");
+        let at = out.len();
+        out.extend_from_slice(b"\"update");
+        self.current[0] = (at as u32, out.len() as u32 + 1);
         self.write_common_head(c, &mut out);
         out.extend_from_slice(b",\"key\":");
+        let at = out.len();
         out.extend_from_slice(c.key_bytes());
+        self.current[4] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"old_key\":");
         if key_changed {
             out.extend_from_slice(d.key_bytes());
@@ -746,12 +762,14 @@ impl Core {
         self.out = out;
     }
 
-    fn write_common_head(&self, e: &Event, out: &mut Vec<u8>) {
+    fn write_common_head(&mut self, e: &Event, out: &mut Vec<u8>) {
         let table = &self.interner.tables[e.table as usize];
         out.extend_from_slice(b"\",\"table\":");
         out.extend_from_slice(&table.json);
         out.extend_from_slice(b",\"table_id\":");
+        let at = out.len();
         jsonw::write_str(out, &table.table_id);
+        self.current[1] = (at as u32, out.len() as u32);
     }
 
     fn write_tail(&mut self, e: &Event, lineage: &[&Event], out: &mut Vec<u8>) {
@@ -770,10 +788,16 @@ impl Core {
         }
         out.extend_from_slice(b",\"event_serial_no\":");
         jsonw::write_opt_i64(out, e.serial);
-        out.extend_from_slice(b"},\"seq\":\"");
+        out.extend_from_slice(b"},\"seq\":");
+        let at = out.len();
+        out.push(b'"');
         e.write_seq(out);
-        out.extend_from_slice(b"\",\"commit_ts\":");
+        out.push(b'"');
+        self.current[2] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"commit_ts\":");
+        let at = out.len();
         write_iso_ms(out, e.source_ts_ms);
+        self.current[3] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"capture_ts\":");
         write_iso_ms(out, e.ts_ms);
         out.extend_from_slice(b",\"tx\":");
@@ -811,10 +835,13 @@ impl Core {
             out.push(b'}');
         }
         out.extend_from_slice(b"],\"event_id\":");
+        let at = out.len();
         self.write_event_id(lineage, out);
+        self.current[5] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"format_version\":1}\n");
         self.out_records += 1;
         self.line_ends.push(out.len());
+        self.spans.push(self.current);
     }
 
     /// Take the JSON lines written so far.
@@ -822,8 +849,12 @@ impl Core {
         let n = self.out_records;
         self.out_records = 0;
         self.line_ends.clear();
+        self.spans.clear();
         let capacity = self.out.capacity();
-        (std::mem::replace(&mut self.out, Vec::with_capacity(capacity)), n)
+        (
+            std::mem::replace(&mut self.out, Vec::with_capacity(capacity)),
+            n,
+        )
     }
 
     pub fn state_size(&self) -> [(&'static str, i64); 6] {

@@ -7,9 +7,9 @@
 
 use crate::event::{Event, Image, Origin, Tx};
 use crate::lsn;
+use crate::parse::RowMode;
 use crate::schema::{Options, Table};
 use crate::value::{Decline, Result};
-use crate::parse::RowMode;
 use serde::Deserialize;
 use sonic_rs::{JsonValueTrait, LazyValue};
 use std::sync::Arc;
@@ -107,14 +107,21 @@ impl Interner {
         version: Option<&str>,
     ) -> u32 {
         if let Some((i, key)) = &self.last_source {
-            if key.0.as_deref() == connector && key.1.as_deref() == name && key.2.as_deref() == version {
+            if key.0.as_deref() == connector
+                && key.1.as_deref() == name
+                && key.2.as_deref() == version
+            {
                 return *i;
             }
         }
         let i = self.source_slow(connector, name, version);
         self.last_source = Some((
             i,
-            (connector.map(str::to_string), name.map(str::to_string), version.map(str::to_string)),
+            (
+                connector.map(str::to_string),
+                name.map(str::to_string),
+                version.map(str::to_string),
+            ),
         ));
         i
     }
@@ -370,7 +377,14 @@ impl Decoder {
         let mut ignored = Vec::new();
         let mut members = Vec::new();
         let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
-        let image = crate::dom::image(&doc, Self::mode(&rows), &self.opts, buf, &mut members, &mut ignored)?;
+        let image = crate::dom::image(
+            &doc,
+            Self::mode(&rows),
+            &self.opts,
+            buf,
+            &mut members,
+            &mut ignored,
+        )?;
         Ok(image.is_some())
     }
 
@@ -417,7 +431,14 @@ impl Decoder {
         let mut members = Vec::new();
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
-        let env = crate::dom::envelope(&doc, Self::mode(&rows), &self.opts, &mut buf, &mut members, &mut unavailable)?;
+        let env = crate::dom::envelope(
+            &doc,
+            Self::mode(&rows),
+            &self.opts,
+            &mut buf,
+            &mut members,
+            &mut unavailable,
+        )?;
         let op = match env.op {
             Some("c") => b'c',
             Some("u") => b'u',
@@ -427,8 +448,7 @@ impl Decoder {
             _ => return Err(Decline), // no op (side records, CloudEvents), "m", unknown
         };
         let source = env.source.as_ref().ok_or(Decline)?;
-        let (Some(schema_name), Some(table_name)) = (source.schema, source.table)
-        else {
+        let (Some(schema_name), Some(table_name)) = (source.schema, source.table) else {
             return Err(Decline);
         };
         if matches!(op, b'c' | b'r' | b'u') && env.after.is_none() {
@@ -454,7 +474,11 @@ impl Decoder {
         }
         let mut partner_key: Option<Box<[u8]>> = None;
         if input.has_headers {
-            let header = if op == b'd' { input.newkey } else { input.oldkey };
+            let header = if op == b'd' {
+                input.newkey
+            } else {
+                input.oldkey
+            };
             if let Some(Some(raw)) = header {
                 let mut tmp = Vec::new();
                 let span = self.decode_key_into(input.topic_id, Some(raw), &mut tmp)?;
@@ -498,7 +522,10 @@ impl Decoder {
             })
         });
         let image = |at: Option<crate::parse::ImageAt>| {
-            at.map(|a| Image { span: a.span, members: a.members })
+            at.map(|a| Image {
+                span: a.span,
+                members: a.members,
+            })
         };
         let before = image(env.before);
         let after = image(env.after);

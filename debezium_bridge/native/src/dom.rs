@@ -50,7 +50,9 @@ pub fn scalar<'v>(v: &'v Value, out: &mut Vec<u8>) -> Result<Scalar<'v>> {
         }
         JsonType::Object => {
             let mut names = Names::new();
-            object(v, out, &mut names, None, |_, value, out| write(value, out).map(|_| false))?;
+            object(v, out, &mut names, None, |_, value, out| {
+                write(value, out).map(|_| false)
+            })?;
             Scalar::Nested(b'{')
         }
     })
@@ -78,7 +80,11 @@ pub struct Names {
 
 impl Names {
     pub fn new() -> Self {
-        Names { small: [(0, 0); 32], len: 0, more: Vec::new() }
+        Names {
+            small: [(0, 0); 32],
+            len: 0,
+            more: Vec::new(),
+        }
     }
 
     fn clear(&mut self) {
@@ -90,7 +96,9 @@ impl Names {
     #[inline]
     fn insert(&mut self, out: &[u8], start: usize, end: usize) -> bool {
         let new = &out[start..end];
-        let seen = self.small[..self.len.min(32)].iter().chain(self.more.iter());
+        let seen = self.small[..self.len.min(32)]
+            .iter()
+            .chain(self.more.iter());
         for &(s, e) in seen {
             if (e - s) as usize == new.len() && out[s as usize..e as usize] == *new {
                 return false;
@@ -225,7 +233,11 @@ pub fn image(
 fn strict_int(v: &Value) -> Result<Option<i64>> {
     match v.get_type() {
         JsonType::Null => Ok(None),
-        JsonType::Number => v.as_number().and_then(|n| n.as_i64()).map(Some).ok_or(Decline),
+        JsonType::Number => v
+            .as_number()
+            .and_then(|n| n.as_i64())
+            .map(Some)
+            .ok_or(Decline),
         _ => Err(Decline),
     }
 }
@@ -353,7 +365,14 @@ pub fn envelope<'a>(
     members: &mut Vec<Member>,
     gone: &mut Vec<Box<str>>,
 ) -> Result<Envelope<'a>> {
-    let mut env = Envelope { before: None, after: None, source: None, op: None, ts_ms: None, transaction: None };
+    let mut env = Envelope {
+        before: None,
+        after: None,
+        source: None,
+        op: None,
+        ts_ms: None,
+        transaction: None,
+    };
     let mut seen = 0u8;
     for (key, item) in doc.as_object().ok_or(Decline)?.iter() {
         let bit: u8 = match key {

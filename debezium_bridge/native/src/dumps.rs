@@ -75,10 +75,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Present<'a> {
             fn visit_none<E: serde::de::Error>(self) -> std::result::Result<Present<'a>, E> {
                 Ok(Present::Null)
             }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> std::result::Result<Present<'a>, E> {
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> std::result::Result<Present<'a>, E> {
                 Ok(Present::Text(Cow::Borrowed(v)))
             }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Present<'a>, E> {
+            fn visit_str<E: serde::de::Error>(
+                self,
+                v: &str,
+            ) -> std::result::Result<Present<'a>, E> {
                 Ok(Present::Text(Cow::Owned(v.to_string())))
             }
         }
@@ -110,7 +116,9 @@ const NEWKEY: &str = "__debezium.newkey";
 const OLDKEY: &str = "__debezium.oldkey";
 
 fn b64(text: &str) -> Result<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD.decode(text.as_bytes()).map_err(|_| Decline)
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_bytes())
+        .map_err(|_| Decline)
 }
 
 fn note_header(rec: &mut DumpRecord<'_>, name: &str, value: Option<Vec<u8>>) {
@@ -161,8 +169,12 @@ pub fn parse_line(line: &[u8], format: Format) -> Result<DumpRecord<'_>> {
         }
         Format::Kcat => {
             let k: Kcat = sonic_rs::from_str(text).map_err(|_| Decline)?;
-            if k.key_error.as_ref().is_some_and(|e| !sonic_rs::JsonValueTrait::is_null(e))
-                || k.payload_error.as_ref().is_some_and(|e| !sonic_rs::JsonValueTrait::is_null(e))
+            if k.key_error
+                .as_ref()
+                .is_some_and(|e| !sonic_rs::JsonValueTrait::is_null(e))
+                || k.payload_error
+                    .as_ref()
+                    .is_some_and(|e| !sonic_rs::JsonValueTrait::is_null(e))
             {
                 return Err(Decline);
             }
@@ -176,7 +188,7 @@ pub fn parse_line(line: &[u8], format: Format) -> Result<DumpRecord<'_>> {
                 ..Default::default()
             };
             let headers = k.headers.unwrap_or_default();
-            if headers.len() % 2 != 0 {
+            if !headers.len().is_multiple_of(2) {
                 return Err(Decline);
             }
             for pair in headers.chunks(2) {
@@ -206,7 +218,11 @@ mod tests {
         assert_eq!(rec.key.as_deref(), Some(&br#"{"id":1}"#[..]));
         assert_eq!(rec.value, None);
         assert_eq!(rec.newkey, Some(Some(br#"{"id":1}"#.to_vec())));
-        assert!(parse_line(br#"{"topic":"t","partition":2,"value_b64":null}"#, Format::Lossless).is_err());
+        assert!(parse_line(
+            br#"{"topic":"t","partition":2,"value_b64":null}"#,
+            Format::Lossless
+        )
+        .is_err());
         let kcat = br#"{"topic":"t","partition":0,"offset":1,"tstype":"create","ts":5,"broker":1,"headers":["a","b"],"key":"{\"id\":1}","payload":null}"#;
         let rec = parse_line(kcat, Format::Kcat).unwrap();
         assert_eq!(rec.key.as_deref(), Some(&br#"{"id":1}"#[..]));

@@ -51,7 +51,8 @@ fn word_needs_escape(w: u64) -> bool {
     let below = w.wrapping_sub(ONES * 0x20) & !w;
     let quote = w ^ (ONES * b'"' as u64);
     let slash = w ^ (ONES * b'\\' as u64);
-    ((below | (quote.wrapping_sub(ONES) & !quote) | (slash.wrapping_sub(ONES) & !slash)) & HIGH) != 0
+    ((below | (quote.wrapping_sub(ONES) & !quote) | (slash.wrapping_sub(ONES) & !slash)) & HIGH)
+        != 0
 }
 
 /// The escaped body of a JSON string (no quotes); `s` is UTF-8.

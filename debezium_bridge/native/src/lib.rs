@@ -31,6 +31,8 @@ pub mod schema;
 pub mod value;
 
 #[cfg(feature = "python")]
+mod arrow;
+#[cfg(feature = "python")]
 mod py;
 
 #[cfg(feature = "python")]

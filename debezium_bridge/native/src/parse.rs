@@ -50,6 +50,7 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
 /// A string as msgspec writes it: text borrowed from valid JSON had no escapes, so it holds no
 /// quote, backslash or control character and is copied as it is.
 #[inline]
+#[allow(clippy::ptr_arg)] // whether the text is borrowed is the point
 pub fn write_text(out: &mut Vec<u8>, text: &Cow<'_, str>) {
     match text {
         Cow::Borrowed(s) => {
@@ -87,7 +88,8 @@ impl<'de> Visitor<'de> for Canon<'_> {
         self.visit_unit()
     }
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
-        self.out.extend_from_slice(if v { b"true" } else { b"false" });
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
         Ok(())
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
@@ -129,7 +131,9 @@ impl<'de> Visitor<'de> for Canon<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut names = Vec::new();
-        object(&mut map, self.out, &mut names, None, |_, map, out| map.next_value_seed(Canon { out }).map(|_| false))
+        object(&mut map, self.out, &mut names, None, |_, map, out| {
+            map.next_value_seed(Canon { out }).map(|_| false)
+        })
     }
 }
 
@@ -283,44 +287,56 @@ impl<'de> Visitor<'de> for ImageSeed<'_> {
         match self.rows {
             RowMode::Schemaless => {
                 let gone = &mut *self.gone;
-                object(&mut map, self.out, &mut names, Some(self.members), |name, map, out| {
-                    let v = map.next_value_seed(ScalarSeed { out })?;
-                    if let Scalar::Str(text) = &v {
-                        if **text == *opts.placeholder || **text == *opts.placeholder_b64 {
-                            out.extend_from_slice(b"null");
-                            let name: Box<str> = name.into();
-                            if !gone.contains(&name) {
-                                gone.push(name);
+                object(
+                    &mut map,
+                    self.out,
+                    &mut names,
+                    Some(self.members),
+                    |name, map, out| {
+                        let v = map.next_value_seed(ScalarSeed { out })?;
+                        if let Scalar::Str(text) = &v {
+                            if **text == *opts.placeholder || **text == *opts.placeholder_b64 {
+                                out.extend_from_slice(b"null");
+                                let name: Box<str> = name.into();
+                                if !gone.contains(&name) {
+                                    gone.push(name);
+                                }
+                                return Ok(true);
                             }
-                            return Ok(true);
                         }
-                    }
-                    v.write(out);
-                    Ok(false)
-                })?;
+                        v.write(out);
+                        Ok(false)
+                    },
+                )?;
             }
             RowMode::Table(table) => {
                 let mut text_gone: Vec<usize> = Vec::new();
                 let mut binary_gone: Vec<usize> = Vec::new();
                 let mut hint = 0usize;
-                object(&mut map, self.out, &mut names, Some(self.members), |name, map, out| {
-                    let Some(i) = table.find(name, hint) else {
-                        map.next_value_seed(Canon { out })?;
-                        return Ok(false);
-                    };
-                    hint = i + 1;
-                    let col = &table.columns[i];
-                    let v = map.next_value_seed(ScalarSeed { out })?;
-                    let gone = schema::convert(col, v, opts, out).map_err(|_| refuse())?;
-                    if gone {
-                        if col.marker == schema::Marker::Text {
-                            text_gone.push(i);
-                        } else {
-                            binary_gone.push(i);
+                object(
+                    &mut map,
+                    self.out,
+                    &mut names,
+                    Some(self.members),
+                    |name, map, out| {
+                        let Some(i) = table.find(name, hint) else {
+                            map.next_value_seed(Canon { out })?;
+                            return Ok(false);
+                        };
+                        hint = i + 1;
+                        let col = &table.columns[i];
+                        let v = map.next_value_seed(ScalarSeed { out })?;
+                        let gone = schema::convert(col, v, opts, out).map_err(|_| refuse())?;
+                        if gone {
+                            if col.marker == schema::Marker::Text {
+                                text_gone.push(i);
+                            } else {
+                                binary_gone.push(i);
+                            }
                         }
-                    }
-                    Ok(gone)
-                })?;
+                        Ok(gone)
+                    },
+                )?;
                 text_gone.sort_unstable();
                 binary_gone.sort_unstable();
                 for i in text_gone.into_iter().chain(binary_gone) {
@@ -468,7 +484,14 @@ impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
         f.write_str("a Debezium envelope")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope<'de>, A::Error> {
-        let mut env = Envelope { before: None, after: None, source: None, op: None, ts_ms: None, transaction: None };
+        let mut env = Envelope {
+            before: None,
+            after: None,
+            source: None,
+            op: None,
+            ts_ms: None,
+            transaction: None,
+        };
         let mut seen = 0u8;
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             let bit = match &*key {

@@ -19,6 +19,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::panic::AssertUnwindSafe;
 
+/// Bytes consumed, data partitions `(topic, partition, is CES)`, lines left to Python.
+type ScanResult<'py> = (usize, Vec<(String, i32, bool)>, Vec<Bound<'py, PyBytes>>);
+
 type TxTuple = (String, Option<i64>, Option<i64>, Option<String>);
 
 const NEWKEY: &str = "__debezium.newkey";
@@ -413,7 +416,9 @@ impl NativeCore {
         mismatch_line: &Bound<'_, PyAny>,
         line_no: i64,
     ) -> PyResult<bool> {
-        let Ok(rec) = crate::dumps::parse_line(line, format) else { return Ok(false) };
+        let Ok(rec) = crate::dumps::parse_line(line, format) else {
+            return Ok(false);
+        };
         let topic_id = self.core.topic(&rec.topic);
         let tp = self.core.tp(topic_id, rec.partition);
         let Some(value) = rec.value.as_deref() else {
@@ -436,8 +441,11 @@ impl NativeCore {
         };
         let decoder = &mut self.decoder;
         let interner = &mut self.core.interner;
-        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
-        let Ok(Ok(event)) = decoded else { return Ok(false) };
+        let decoded =
+            std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
+        let Ok(Ok(event)) = decoded else {
+            return Ok(false);
+        };
         self.core.counters.records_in += 1;
         self.native_records += 1;
         if let Some(message) = self.core.accept(event) {
@@ -517,6 +525,7 @@ impl NativeCore {
     /// next line number. Declined lines go to `line_fallback(line, line_no)` (the Python
     /// reader and decoder), whose results enter the same state.
     #[pyo3(signature = (chunk, format, first_line_no, last, line_fallback, mismatch_line))]
+    #[allow(clippy::too_many_arguments)]
     fn process_dump(
         &mut self,
         py: Python<'_>,
@@ -530,7 +539,11 @@ impl NativeCore {
         let format = match format {
             "lossless" => crate::dumps::Format::Lossless,
             "kcat" => crate::dumps::Format::Kcat,
-            other => return Err(PyValueError::new_err(format!("no native reader for {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "no native reader for {other:?}"
+                )))
+            }
         };
         let mut pos = 0usize;
         let mut line_no = first_line_no;
@@ -569,11 +582,15 @@ impl NativeCore {
         chunk: &[u8],
         format: &str,
         last: bool,
-    ) -> PyResult<(usize, Vec<(String, i32, bool)>, Vec<Bound<'py, PyBytes>>)> {
+    ) -> PyResult<ScanResult<'py>> {
         let format = match format {
             "lossless" => crate::dumps::Format::Lossless,
             "kcat" => crate::dumps::Format::Kcat,
-            other => return Err(PyValueError::new_err(format!("no native reader for {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "no native reader for {other:?}"
+                )))
+            }
         };
         let mut seen: hashbrown::HashSet<(String, i32, bool)> = hashbrown::HashSet::new();
         let mut declined = Vec::new();
@@ -647,6 +664,13 @@ impl NativeCore {
         (PyBytes::new(py, &buf), n)
     }
 
+    /// The canonical records written so far as an Arrow batch (see `arrow.rs`), and how many.
+    fn drain_arrow(&mut self) -> crate::arrow::ArrowBatch {
+        let batch = crate::arrow::batch(&self.core);
+        self.core.take_output();
+        crate::arrow::ArrowBatch::new(batch)
+    }
+
     fn drain_dead(&mut self) -> Vec<Py<PyAny>> {
         std::mem::take(&mut self.dead)
     }
@@ -704,7 +728,8 @@ fn is_ces(value: &[u8]) -> bool {
     match value.first() {
         Some(0x06) => value.get(..4) == Some(b"\x061.0"),
         Some(b'{' | b' ' | b'\t' | b'\r' | b'\n') => {
-            memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.").is_some()
+            memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.")
+                .is_some()
         }
         _ => false,
     }
@@ -712,6 +737,7 @@ fn is_ces(value: &[u8]) -> bool {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeCore>()?;
+    m.add_class::<crate::arrow::ArrowBatch>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -452,7 +452,11 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
     }
     check(col.check, &v)?;
     if let (Marker::Text | Marker::Binary, Scalar::Str(text)) = (col.marker, &v) {
-        let marker = if col.marker == Marker::Text { &opts.placeholder } else { &opts.placeholder_b64 };
+        let marker = if col.marker == Marker::Text {
+            &opts.placeholder
+        } else {
+            &opts.placeholder_b64
+        };
         if **text == **marker {
             out.extend_from_slice(b"null");
             return Ok(true);
@@ -542,14 +546,24 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
                 bytes.push(u8::from_str_radix(s, 16).map_err(|_| Decline)?);
             }
             out.push(b'"');
-            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
             out.push(b'"');
         }
         Conv::BinaryUrlSafe => {
             let text = text(&v)?;
-            let bytes = URL_SAFE_ANY_PADDING.decode(text.as_bytes()).map_err(|_| Decline)?;
+            let bytes = URL_SAFE_ANY_PADDING
+                .decode(text.as_bytes())
+                .map_err(|_| Decline)?;
             out.push(b'"');
-            out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&bytes).as_bytes());
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
             out.push(b'"');
         }
         Conv::DoubleScale(scale) => {

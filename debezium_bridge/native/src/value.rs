@@ -286,7 +286,11 @@ pub fn py_eq(a: &[u8], b: &[u8]) -> bool {
         match (is_float(a), is_float(b)) {
             (false, false) => return false,
             (true, true) => {
-                let parse = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|t| t.parse::<f64>().ok());
+                let parse = |v: &[u8]| {
+                    std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|t| t.parse::<f64>().ok())
+                };
                 return matches!((parse(a), parse(b)), (Some(x), Some(y)) if x == y);
             }
             _ => {}
