@@ -1,7 +1,8 @@
 """Kafka clients (confluent-kafka) as the runners and tools use them.
 
 * librdkafka's own log lines go through Python :mod:`logging` (logger
-  ``debezium_bridge.clients.librdkafka``) instead of standard error;
+  ``debezium_bridge.kafka.client``, each distinct line once a minute) instead of standard
+  error;
 * records are partitioned like Kafka's Java producer and Spark's Kafka writer (librdkafka's
   ``murmur2_random``: murmur2 of the key, random for keyless records), not librdkafka's default
   ``consistent_random``, so a key lands in the same partition whoever writes it;
@@ -20,30 +21,42 @@ from typing import Any
 from debezium_bridge.errors import ServiceError
 from debezium_bridge.model.records import RawRecord
 
-librdkafka_log = logging.getLogger("debezium_bridge.clients.librdkafka")
+CLIENT_LOGGER = "debezium_bridge.kafka.client"
+"""The logger every confluent-kafka client of the package logs through (``logger`` setting)."""
 
 
-class _Throttle(logging.Filter):
-    """Lets each distinct librdkafka line through once a minute: a broker that is down makes
-    librdkafka repeat its connection errors several times a second."""
+class _OncePerMessage(logging.Filter):
+    """Let each distinct client message (numbers ignored) through once a minute: librdkafka
+    repeats a failing connection attempt every few hundred milliseconds. The next copy that is
+    let through says how many were held back."""
 
-    def __init__(self, seconds: float = 60.0) -> None:
+    PERIOD_S = 60.0
+
+    def __init__(self) -> None:
         super().__init__()
-        self.seconds = seconds
-        self.last: dict[str, float] = {}
+        self.seen: dict[str, tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = re.sub(r"\d+", "#", record.getMessage())[:160]
+        text = re.sub(r"\d+", "#", record.getMessage())  # times, counts, addresses
         now = time.monotonic()
-        if now - self.last.get(key, -self.seconds) < self.seconds:
+        last = self.seen.get(text)
+        if last is not None and now - last[0] < self.PERIOD_S:
+            self.seen[text] = (last[0], last[1] + 1)
             return False
-        if len(self.last) > 1024:
-            self.last.clear()
-        self.last[key] = now
+        if len(self.seen) > 1000:
+            self.seen.clear()
+        self.seen[text] = (now, 0)
+        if last is not None and last[1]:
+            record.msg = f"{record.msg} ({last[1]} similar messages held back)"
         return True
 
 
-librdkafka_log.addFilter(_Throttle())
+def client_logger() -> logging.Logger:
+    """The logger of librdkafka's own log lines, with its once-a-minute filter."""
+    logger = logging.getLogger(CLIENT_LOGGER)
+    if not any(isinstance(f, _OncePerMessage) for f in logger.filters):
+        logger.addFilter(_OncePerMessage())
+    return logger
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose
 PRODUCER_DEFAULTS = {"enable.idempotence": "true", "linger.ms": "5",
                      "partitioner": "murmur2_random"}
@@ -51,7 +64,7 @@ PRODUCER_DEFAULTS = {"enable.idempotence": "true", "linger.ms": "5",
 
 def client_config(settings: Mapping[str, Any]) -> dict[str, Any]:
     """librdkafka settings plus the Python logger for its log lines."""
-    return {**settings, "logger": librdkafka_log}
+    return {**settings, "logger": client_logger()}
 
 
 def create_topics(bootstrap_servers: str, partitions: Mapping[str, int],

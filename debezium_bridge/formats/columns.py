@@ -120,7 +120,8 @@ def _int_param(value: str | None) -> int | None:
 
 
 def columns_of(schema: TableSchema) -> Columns:
-    """The ``cols`` of a Connect row schema: every field in schema order (``index`` = the ordinal)."""
+    """The ``cols`` of a Connect row schema: every field in schema order (``index`` = the
+    ordinal)."""
     out = []
     for index, column in enumerate(schema.columns):
         sql_type, exact = column_type(column)

@@ -179,3 +179,6 @@ class SideRecord(msgspec.Struct, frozen=True, gc=False):
     record: RawRecord
     tx_id: str | None = None
     event_count: int | None = None
+    ts_ms: int | None = None
+    """The record's own ``ts_ms`` (epoch ms) whatever the converter: a heartbeat's connector
+    clock, a transaction boundary's time; ``None`` when the value has none."""

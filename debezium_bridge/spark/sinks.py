@@ -125,14 +125,23 @@ def _hook(function: str) -> Callable[[Any, Any, int], None]:
     return hook
 
 
-def batch_writer(sinks: list[SinkConfig], *, builtin_kafka: bool
-                 ) -> Callable[[Any, int], None]:
-    """The ``foreachBatch`` function that writes one micro-batch to every sink."""
+class Stopping(Exception):
+    """Raised by the ``foreachBatch`` function instead of starting a micro-batch once the job
+    was asked to stop: the query ends without running or committing it."""
+
+
+def batch_writer(sinks: list[SinkConfig], *, builtin_kafka: bool,
+                 stopping: Callable[[], bool] | None = None) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function that writes one micro-batch to every sink; once
+    ``stopping()`` is true it declines to start another (:class:`Stopping`)."""
     from pyspark.sql import functions as F
 
     hooks = {s.function: _hook(s.function) for s in sinks if s.function}
 
     def write(batch: Any, batch_id: int) -> None:
+        if stopping is not None and stopping():
+            raise Stopping(f"the job is stopping: micro-batch {batch_id} is left for the "
+                           f"next run")
         batch = batch.persist()
         try:
             selected = {

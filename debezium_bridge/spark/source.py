@@ -11,6 +11,12 @@ Spark checkpoints them; the Python source supports ``Trigger.AvailableNow``.
 Brokers whose reported end offset lags (Tansu reports the base offset of the last record batch
 + 1) are handled by ``endOffsetProbe`` (default ``true``): the source fetches the last batch from
 the reported end - 1 and takes the offset after its last record as the true end.
+
+The client's own log lines (librdkafka) go through Python :mod:`logging` (logger
+``debezium_bridge.kafka.client``, each distinct message once a minute), and a broker that does
+not answer within ``kafka.request.timeout.ms`` (default 30 s) fails with one
+:class:`~debezium_bridge.errors.ServiceError`. :func:`stream_topology` tells ``translate`` the
+partitions of every topic and, for ``Trigger.AvailableNow``, where this run ends.
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from debezium_bridge.errors import BridgeError, ConfigError
+from debezium_bridge.clients.kafka import client_logger
+from debezium_bridge.core.windowed import Topology
+from debezium_bridge.errors import BridgeError, ConfigError, ServiceError
+from debezium_bridge.spark.workers import leave_sigint_to_the_driver
 
 SOURCE_NAME = "debezium_bridge_kafka"
 KAFKA_SCHEMA = (
@@ -54,9 +63,27 @@ class DataLossError(BridgeError):
     """Offsets the query must read no longer exist (Spark's ``failOnDataLoss`` behaviour)."""
 
 
+AVAILABLE_NOW_END = "availablenowendingoffsets"
+"""Internal option (set by the job): the offsets a ``Trigger.AvailableNow`` run reads up to,
+computed on the driver before the query starts, so ``translate`` knows them too."""
+_CONSUMER_IGNORES = frozenset({"request.timeout.ms"})
+"""Java-client settings that librdkafka's consumer does not take (it would warn on every
+client): ``request.timeout.ms`` bounds this source's own waits instead."""
 def client_settings(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.*`` options, without the prefix, as librdkafka settings."""
     return {k[6:]: v for k, v in options.items() if k.startswith("kafka.")}
+
+
+def _consumer_settings(options: Mapping[str, str], group: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "group.id": group, "enable.auto.commit": "false", "enable.partition.eof": "true",
+        "auto.offset.reset": "error", "logger": client_logger()}
+    settings |= {k: v for k, v in client_settings(options).items() if k not in _CONSUMER_IGNORES}
+    return settings
+
+
+def _timeout_s(options: Mapping[str, str]) -> float:
+    return float(options.get("kafka.request.timeout.ms", "30000")) / 1000
 
 
 def _json_offsets(text: str, what: str) -> Offsets:
@@ -79,17 +106,25 @@ class _Topology:
         pattern = options.get("subscribepattern")
         if bool(subscribe) == bool(pattern):
             raise ConfigError("set exactly one of 'subscribe' and 'subscribePattern'")
-        settings = {"group.id": "debezium-bridge-offsets", "enable.auto.commit": "false",
-                    "enable.partition.eof": "true", "auto.offset.reset": "error"} \
-            | client_settings(options)
         self.probe = options.get("endoffsetprobe", "true").lower() == "true"
-        self.timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
-        self.consumer = Consumer(settings)
+        self.timeout = _timeout_s(options)
+        self.bootstrap = options.get("kafka.bootstrap.servers", "")
+        try:
+            self.consumer = Consumer(_consumer_settings(options, "debezium-bridge-offsets"))
+        except Exception as exc:  # KafkaException: invalid client settings
+            raise ConfigError(f"Kafka client settings: {exc}") from exc
         self.topics = [t.strip() for t in subscribe.split(",") if t.strip()] if subscribe else []
         self.pattern = re.compile(pattern) if pattern else None
 
     def partitions(self) -> list[tuple[str, int]]:
-        metadata = self.consumer.list_topics(timeout=self.timeout)
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self.consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise ServiceError(
+                f"Kafka broker {self.bootstrap} not reachable within {self.timeout:g} s "
+                f"(kafka.request.timeout.ms): {exc.args[0] if exc.args else exc}") from exc
         names = self.topics or sorted(t for t in metadata.topics
                                       if self.pattern is not None and self.pattern.fullmatch(t))
         out: list[tuple[str, int]] = []
@@ -150,6 +185,53 @@ class _Topology:
         self.consumer.unassign()
         return ends
 
+    def last_messages(self, ranges: Mapping[tuple[str, int], tuple[int, int]]
+                      ) -> dict[tuple[str, int], int | None]:
+        """The offset of the last message in each ``[start, end)`` range (``None``: the range
+        holds no message, e.g. only transaction markers). Reads back from ``end - 1`` in widening
+        windows; a range not settled within the timeout counts ``end - 1`` (wait for it all)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        found: dict[tuple[str, int], int | None] = {}
+        todo = {tp: (start, end) for tp, (start, end) in ranges.items() if end > start}
+        window = 1
+        deadline = time.monotonic() + self.timeout
+        while todo and time.monotonic() < deadline:
+            begin = {tp: max(start, end - window) for tp, (start, end) in todo.items()}
+            self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in begin.items()])
+            last: dict[tuple[str, int], int] = {}
+            waiting = set(todo)
+            while waiting and time.monotonic() < deadline:
+                for m in self.consumer.consume(_FETCH_BATCH, timeout=0.05):
+                    tp = (str(m.topic()), int(m.partition() or 0))
+                    if tp not in waiting:
+                        continue
+                    end = todo[tp][1]
+                    error = m.error()
+                    offset = int(m.offset() or 0)
+                    if error is None:
+                        if offset < end:
+                            last[tp] = max(last.get(tp, -1), offset)
+                        if offset >= end - 1:
+                            waiting.discard(tp)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        waiting.discard(tp)
+            self.consumer.unassign()
+            for tp in list(todo):
+                if tp in waiting:
+                    continue
+                if tp in last:
+                    found[tp] = last[tp]
+                elif begin[tp] <= todo[tp][0]:
+                    found[tp] = None  # no message at all in the range
+                else:
+                    continue  # only markers in this window: look further back
+                del todo[tp]
+            window *= 16
+        for tp, (_, end) in todo.items():
+            found[tp] = end - 1
+        return found
+
     def close(self) -> None:
         self.consumer.close()
 
@@ -165,11 +247,9 @@ def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterato
     """The rows of ``split`` in the built-in source's column order (runs on executors)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    settings = {"group.id": "debezium-bridge-reader", "enable.auto.commit": "false",
-                "enable.partition.eof": "true", "auto.offset.reset": "error"} \
-        | client_settings(options)
-    consumer = Consumer(settings)
-    timeout = float(options.get("kafka.request.timeout.ms", "30000")) / 1000
+    leave_sigint_to_the_driver()
+    consumer = Consumer(_consumer_settings(options, "debezium-bridge-reader"))
+    timeout = _timeout_s(options)
     try:
         consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
         position = split.start
@@ -258,6 +338,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch planning on the driver; :func:`read_partition` on executors."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
+        leave_sigint_to_the_driver()  # (runs in the Python process that plans micro-batches)
         self.options = dict(options)
         max_rows = self.options.get("maxoffsetspertrigger")
         self.max_rows = int(max_rows) if max_rows else None
@@ -283,7 +364,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._available()
+        given = self.options.get(AVAILABLE_NOW_END)
+        self._target = _from_offsets(_json_offsets(given, AVAILABLE_NOW_END)) if given \
+            else self._available()
 
     def _available(self) -> dict[tuple[str, int], int]:
         topology = self.topology
@@ -369,6 +452,48 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(self.options)
 
 
+def stream_topology(options: Mapping[str, str], *, available_now: bool = False,
+                    committed: Offsets | None = None) -> tuple[Topology, Offsets | None]:
+    """What ``translate`` should know about the partitions it reads, from the broker.
+
+    Always the partition count of every subscribed topic (the position watermark waits for every
+    partition). With ``available_now``, also the run's end: the offsets it reads up to (returned,
+    to hand to the Python source as its target) and, per partition with something to read, the
+    offset of its last message (``Topology.ends``). The run starts at ``committed`` (the offsets
+    of the checkpoint's last committed batch; partitions it lacks start at their earliest
+    offset) or, for a new checkpoint, at ``startingOffsets``.
+    """
+    lowered = {k.lower(): v for k, v in options.items()}
+    topology = _Topology(lowered)
+    try:
+        partitions = topology.partitions()
+        counts: dict[str, int] = {}
+        for topic, partition in partitions:
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+        if not available_now:
+            return Topology(partitions=counts), None
+        target = topology.ends(partitions)
+        if committed is None:
+            start = _resolve(lowered.get("startingoffsets"), "latest", partitions, topology,
+                             "startingOffsets")
+        else:
+            start = _from_offsets(committed)
+            fresh = [tp for tp in partitions if tp not in start]
+            if fresh:
+                start |= topology.beginnings(fresh)
+        for tp, offset in start.items():
+            target[tp] = max(offset, target.get(tp, offset))
+        last = topology.last_messages({tp: (start[tp], end) for tp, end in target.items()
+                                       if tp in start and end > start[tp]})
+        ends: dict[str, dict[int, int]] = {}
+        for (topic, partition), last_offset in sorted(last.items()):
+            if last_offset is not None:
+                ends.setdefault(topic, {})[partition] = last_offset
+        return Topology(partitions=counts, ends=ends), _as_offsets(target)
+    finally:
+        topology.close()
+
+
 def builtin_kafka_available(spark: Any) -> bool:
     """Whether Spark's own Kafka connector (spark-sql-kafka) is on the classpath."""
     try:
@@ -401,8 +526,8 @@ def kafka_reader(spark: Any, options: Mapping[str, str], *, provider: str = "aut
 
 
 def kafka_rows(records: Iterator[Any] | Sequence[Any]) -> list[tuple[Any, ...]]:
-    """:class:`~debezium_bridge.model.records.RawRecord`-like records as rows of the Kafka schema (for
-    ``spark.createDataFrame(rows, KAFKA_SCHEMA)``)."""
+    """:class:`~debezium_bridge.model.records.RawRecord`-like records as rows of the Kafka
+    schema (for ``spark.createDataFrame(rows, KAFKA_SCHEMA)``)."""
     return [(r.key, r.value, r.topic, r.partition, r.offset,
              datetime.fromtimestamp(r.timestamp / 1000, UTC) if r.timestamp is not None else None,
              0, [(k, v) for k, v in r.headers]) for r in records]

@@ -1,4 +1,5 @@
-"""``translate(df, config)``: the core's decode → dedupe/pair → encode as Spark operations.
+"""``translate(df, config, topology)``: the core's decode → dedupe/pair → encode as Spark
+operations.
 
 The input is any DataFrame with the Kafka source schema (``key, value, topic, partition, offset,
 timestamp, timestampType, headers``), streaming or batch. Two steps:
@@ -7,15 +8,24 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
    decoded event (carried as bytes), a dead letter, or is counted (tombstones, side records).
    Each event is assigned a state bucket by hashing its commit LSN (snapshot rows: table and
    key); each Arrow batch also yields one *clock* row carrying the highest commit time it saw
-   (and heartbeat times, with ``heartbeat_watermark``).
+   (and heartbeat times, with ``heartbeat_watermark``). Streaming only: a transaction END
+   becomes a row of its commit LSN's bucket, and each task ends with one *progress* row per
+   bucket carrying the :class:`~debezium_bridge.core.windowed.PartitionMark` of every Kafka
+   partition it read (highest commit LSN and position, last offset). A schema registry that is
+   down (:class:`~debezium_bridge.errors.ServiceError`) fails the task; every other decoding
+   failure is a dead letter.
 2. **Release** (``applyInPandasWithState`` keyed by bucket, streaming; ``applyInArrow``, batch):
-   :class:`~debezium_bridge.core.windowed.WindowState` drops replays, pairs key-change halves
-   across partitions and micro-batches, and releases what waits once Spark's event-time
-   watermark (highest commit time - ``watermark_delay``) passes it. Only clock rows carry the
-   watermark column, so Spark never drops a late *event*: the core sees it, emits it unpaired
-   and counts it ``late``. State is bounded by the watermark; its size is in the query progress
-   (``stateOperators``) and the counters in ``observedMetrics`` (``debezium_bridge_decode``,
-   ``debezium_bridge_release``).
+   :class:`~debezium_bridge.core.windowed.WindowState` drops replays (below their partition's
+   mark, or seen in their group), pairs key-change halves across partitions and micro-batches,
+   and releases what waits as soon as every partition of its topic passed its commit LSN
+   (``topology`` names the partitions), its transaction END and all its events were seen, every
+   partition reached the run's end (``Trigger.AvailableNow``, ``topology.ends``) or Spark's
+   event-time watermark (highest commit time - ``watermark_delay``) passed it. Only clock rows
+   carry the watermark column, so Spark never drops a late *event*: the core sees it, emits it
+   unpaired and counts it ``late``. Every bucket keeps its partition marks; its size is in the
+   query progress (``stateOperators``) and the counters in ``observedMetrics``
+   (``debezium_bridge_decode``, ``debezium_bridge_release``). A batch DataFrame is the whole
+   input: everything is released.
 
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
 ``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
@@ -40,7 +50,18 @@ from pydantic import Field, model_validator
 
 from debezium_bridge.clients.registry import RegistrySchemaResolver
 from debezium_bridge.core.settings import TranslatorConfig
-from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes, group_key
+from debezium_bridge.core.windowed import (
+    RELEASE_RULES,
+    ProgressTracker,
+    Topology,
+    WindowState,
+    event_bytes,
+    event_from_bytes,
+    group_key,
+    marks_bytes,
+    marks_from_bytes,
+)
+from debezium_bridge.errors import LsnFormatError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
@@ -50,8 +71,10 @@ from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.formats.debezium.settings import DecodeSettings
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord, TableRef
 from debezium_bridge.model.dead_letter import DeadLetter
+from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.output import Output, OutputRecord, OutputSettings
+from debezium_bridge.spark.workers import leave_sigint_to_the_driver
 
 OUTPUT_COLUMNS = (
     ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),
@@ -62,16 +85,24 @@ OUTPUT_COLUMNS = (
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
 DECODE_COUNTERS = ("records_in", "tombstones", "side_records", "skipped", "dead_letters")
-RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "late", "pending", "encode_errors")
-INFORMATIONAL_COUNTERS = ("late", "encode_errors")
+RELEASED_COUNTERS = tuple(f"released_by_{rule}" for rule in RELEASE_RULES)
+RELEASE_COUNTERS = ("changes_out", "merged", "duplicates", "replay_mismatches", "late",
+                    "pending", "encode_errors", *RELEASED_COUNTERS)
+INFORMATIONAL_COUNTERS = ("late", "encode_errors", *RELEASED_COUNTERS)
 """Not part of the conservation sum: ``late`` events are also in ``changes_out``; an
 ``encode_errors`` row is a change that one output format could not hold (a dead-letter row for
-that format; the change itself is counted in ``changes_out``)."""
-_STAGE_SCHEMA = ("bucket int, commit_ms long, clock timestamp, payload binary, columns binary, "
-                 + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
+that format; the change itself is counted in ``changes_out``); ``released_by_<rule>`` counts the
+waiting events each release rule let go (:data:`~debezium_bridge.core.windowed.RELEASE_RULES`).
+``replay_mismatches`` (events repeating a waiting event's identity with a different image, each
+a dead-letter row) is a term of the sum: the decode step's ``dead_letters`` does not hold them."""
+_STAGE_SCHEMA = ("bucket int, kind tinyint, commit_ms long, clock timestamp, payload binary, "
+                 "columns binary, " + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
 _RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
 _RELEASE_COLUMNS = [name for name, _ in OUTPUT_COLUMNS] + [f"n_{n}" for n in RELEASE_COUNTERS]
 DEAD_BUCKET, CLOCK_BUCKET = -1, -2
+EVENT_ROW, PROGRESS_ROW, TX_END_ROW = 0, 1, 2
+"""``kind`` of a staged row: a decoded event; the progress of the partitions one task read (one
+copy per bucket); a transaction END (in the bucket of its commit LSN)."""
 # PySpark's own applyInPandasWithState plumbing concatenates all-NA padding frames; pandas 2.x
 # warns about that on every micro-batch. Not ours to fix, and only noise in the job's log.
 warnings.filterwarnings("ignore", category=FutureWarning,
@@ -138,7 +169,7 @@ def _decoder_spec(config: TranslateConfig) -> _DecoderSpec:
     avro = None
     if config.avro_schemas:
         avro = msgspec.json.decode(open(config.avro_schemas, "rb").read())  # noqa: SIM115
-    registry = {**config.registry, "url": config.schema_registry} if config.schema_registry \
+    registry = {**config.registry, "url": str(config.schema_registry)} if config.schema_registry \
         else None
     options = config.decode_options()
     typed = config.needs_column_types
@@ -177,17 +208,6 @@ def bucket_of(event: ChangeEvent, buckets: int) -> int:
     return zlib.crc32(event.sort_key[0]) % buckets
 
 
-def _heartbeat_ms(record: RawRecord) -> int | None:
-    try:
-        doc = msgspec.json.decode(record.value or b"null")
-        if isinstance(doc, dict) and isinstance(doc.get("payload"), dict):
-            doc = doc["payload"]
-        ts = doc.get("ts_ms") if isinstance(doc, dict) else None
-        return ts if isinstance(ts, int) else None
-    except msgspec.DecodeError:
-        return None
-
-
 def _event_columns(event: ChangeEvent, catalog: ColumnCatalog,
                    cache: dict[int, bytes]) -> bytes | None:
     """The event's table version's SQL column types, as bytes (``None`` when unknown)."""
@@ -205,7 +225,10 @@ def _event_columns(event: ChangeEvent, catalog: ColumnCatalog,
 
 
 def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
-                  catalog: ColumnCatalog | None = None, heartbeats: bool = False) -> Any:
+                  catalog: ColumnCatalog | None = None, heartbeats: bool = False,
+                  progress: ProgressTracker | None = None) -> Any:
+    """One Arrow batch of Kafka rows as staged rows; with ``progress`` (streaming), the read
+    positions go to the tracker and transaction END records become rows of their bucket."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -217,27 +240,33 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
     stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
     headers = batch.column("headers").to_pylist()
     bucket: list[int] = []
+    kinds: list[int] = []
     commit_ms: list[int | None] = []
     payload: list[bytes] = []
     types: list[bytes | None] = []
     type_cache: dict[int, bytes] = {}
     tombstones = side = skipped = dead = 0
     clock: int | None = None
+    note = progress.event if progress is not None else None
     for i in range(len(values)):
         h = headers[i]
         record = RawRecord(topics[i], partitions[i], offsets[i], stamps[i], keys[i], values[i],
                            tuple((x["key"], x["value"]) for x in h) if h else ())
         try:
             decoded = decoder.decode(record)
-        except Exception as exc:  # every failure is data on the dead-letter output
+        except ServiceError:
+            raise  # a service that is down (schema registry) is not bad input: fail the batch
+        except Exception as exc:  # every other failure is data on the dead-letter output
             dead += 1
             bucket.append(DEAD_BUCKET)
+            kinds.append(EVENT_ROW)
             commit_ms.append(None)
             payload.append(msgspec.msgpack.encode(DeadLetter.of(exc, record)))
             types.append(None)
             continue
         if decoded.__class__ is SideRecord:
-            kind = decoded.kind  # type: ignore[union-attr]
+            side_record: SideRecord = decoded  # type: ignore[assignment]
+            kind = side_record.kind
             if kind is SideKind.TOMBSTONE:
                 tombstones += 1
             elif kind is SideKind.MESSAGE:
@@ -245,23 +274,41 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
             else:
                 side += 1
                 if heartbeats and kind is SideKind.HEARTBEAT:
-                    beat = _heartbeat_ms(record)
+                    beat = side_record.ts_ms
                     if beat is not None and (clock is None or beat > clock):
                         clock = beat
+                elif progress is not None and kind is SideKind.TX_END:
+                    row = _tx_end_row(side_record, buckets, stamps[i])
+                    if row is not None:
+                        bucket.append(row[0])
+                        kinds.append(TX_END_ROW)
+                        commit_ms.append(row[1])
+                        payload.append(row[2])
+                        types.append(None)
             continue
         event: ChangeEvent = decoded  # type: ignore[assignment]
+        if note is not None:
+            note(event)
         ms = event.source_ts_ms if event.source_ts_ms is not None else stamps[i] or 0
         if clock is None or ms > clock:
             clock = ms
         bucket.append(bucket_of(event, buckets))
+        kinds.append(EVENT_ROW)
         commit_ms.append(ms)
         payload.append(event_bytes(event))
         types.append(_event_columns(event, catalog, type_cache) if catalog is not None else None)
+    if progress is not None and len(values):
+        read = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])]) \
+            .group_by(["topic", "partition"]).aggregate([("offset", "max")]).to_pydict()
+        for topic, partition, offset in zip(read["topic"], read["partition"], read["offset_max"],
+                                            strict=True):
+            progress.record(topic, partition, offset)
     n = len(bucket)
     zeros = [0] * n
     counts = (len(values), tombstones, side, skipped, dead)
     columns = {
         "bucket": [*bucket, CLOCK_BUCKET],
+        "kind": [*kinds, EVENT_ROW],
         "commit_ms": [*commit_ms, None],
         "clock": pa.array([None] * n + [clock * 1000 if clock is not None else None],
                           pa.timestamp("us", tz="UTC")),
@@ -272,10 +319,41 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
     return pa.RecordBatch.from_pydict(columns, schema=_arrow_stage_schema())
 
 
+_tx_encoder = msgspec.msgpack.Encoder()
+_tx_decoder = msgspec.msgpack.Decoder(tuple[bytes, int])
+
+
+def _tx_end_row(side: SideRecord, buckets: int, stamp: int | None
+                ) -> tuple[int, int, bytes] | None:
+    """(bucket, ms, payload) of a transaction END: SQL Server's transaction id is the commit
+    LSN, so the END goes to the bucket of its events (see :func:`bucket_of`)."""
+    if not side.tx_id or side.event_count is None:
+        return None
+    try:
+        commit = parse_lsn(side.tx_id)
+    except LsnFormatError:
+        return None  # not a commit LSN (another connector): the END cannot name its bucket
+    ms = side.ts_ms if side.ts_ms is not None else stamp or 0
+    return (zlib.crc32(commit) % buckets, ms, _tx_encoder.encode((commit, side.event_count)))
+
+
+def _progress_batch(progress: ProgressTracker, buckets: int) -> Any:
+    """The marks of the partitions one task read, one copy per bucket."""
+    import pyarrow as pa
+
+    data = marks_bytes(progress.marks())
+    n = buckets
+    columns = {"bucket": list(range(buckets)), "kind": [PROGRESS_ROW] * n,
+               "commit_ms": [None] * n, "clock": pa.nulls(n, pa.timestamp("us", tz="UTC")),
+               "payload": [data] * n, "columns": [None] * n} \
+        | {f"n_{name}": [0] * n for name in DECODE_COUNTERS}
+    return pa.RecordBatch.from_pydict(columns, schema=_arrow_stage_schema())
+
+
 def _arrow_stage_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([("bucket", pa.int32()), ("commit_ms", pa.int64()),
+    return pa.schema([("bucket", pa.int32()), ("kind", pa.int8()), ("commit_ms", pa.int64()),
                       ("clock", pa.timestamp("us", tz="UTC")), ("payload", pa.binary()),
                       ("columns", pa.binary())]
                      + [(f"n_{name}", pa.int64()) for name in DECODE_COUNTERS])
@@ -374,9 +452,11 @@ def _arrow_release_schema() -> Any:
 def _release(window: WindowState, encoder: _Encoder) -> list[Sequence[Any]]:
     released = sorted(window.drain(), key=lambda record: (record.seq, record.event_id))
     rows = [row for record in released for row in encoder.change_rows(record)]
+    rows += [encoder.dead_row(letter) for letter in window.drain_mismatches()]
     c = window.counters
-    return _columns(rows, (c.changes_out, c.merged, c.duplicates, c.late, c.pending,
-                           encoder.encode_errors))
+    return _columns(rows, (c.changes_out, c.merged, c.duplicates, c.replay_mismatches, c.late,
+                           c.pending, encoder.encode_errors,
+                           *(window.released[rule] for rule in RELEASE_RULES)))
 
 
 def _events(payloads: Iterable[tuple[bytes, int, bytes | None]], encoder: _Encoder
@@ -391,13 +471,6 @@ def _events(payloads: Iterable[tuple[bytes, int, bytes | None]], encoder: _Encod
     return events
 
 
-def _pandas_payloads(frames: Iterator[Any]) -> Iterator[tuple[bytes, int, bytes | None]]:
-    for frame in frames:
-        for payload, ms, columns in zip(frame["payload"], frame["commit_ms"].tolist(),
-                                        frame["columns"], strict=True):
-            yield payload, int(ms), columns
-
-
 def _arrow_payloads(table: Any) -> Iterator[tuple[bytes, int, bytes | None]]:
     return zip(table.column("payload").to_pylist(), table.column("commit_ms").to_pylist(),
                table.column("columns").to_pylist(), strict=True)
@@ -407,10 +480,39 @@ def _dead_rows(payloads: Iterable[bytes], encoder: _Encoder) -> list[Sequence[An
     return _columns([encoder.dead_row(_dead_decoder.decode(p)) for p in payloads], _NO_COUNTS)
 
 
-def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
+def _split_frames(frames: Iterator[Any], window: WindowState
+                  ) -> list[tuple[bytes, int, bytes | None]]:
+    """The events of one bucket's frames; progress and transaction END rows go to ``window``."""
+    payloads: list[tuple[bytes, int, bytes | None]] = []
+    for frame in frames:
+        for kind, payload, ms, columns in zip(frame["kind"].tolist(), frame["payload"],
+                                              frame["commit_ms"].tolist(), frame["columns"],
+                                              strict=True):
+            if kind == EVENT_ROW:
+                payloads.append((payload, int(ms), columns))
+            elif kind == PROGRESS_ROW:
+                window.observe(marks_from_bytes(payload))
+            else:
+                commit, count = _tx_decoder.decode(payload)
+                window.add_transactions(((commit, count, int(ms)),))
+    return payloads
+
+
+def _learned(encoder: _Encoder, window: WindowState) -> bytes | None:
+    """The column types of the tables whose events wait (kept in state with them)."""
+    waiting = window.waiting_tables()
+    if not waiting:
+        return None
+    kept = [(table, columns) for table, columns in encoder.learned if table in waiting]
+    return msgspec.msgpack.encode(kept) if kept else None
+
+
+def _streaming_release(config: TranslateConfig, topology: Topology | None
+                       ) -> Callable[..., Iterator[Any]]:
     core = TranslatorConfig(pair_key_changes=config.pair_key_changes)
 
     def release(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        leave_sigint_to_the_driver()
         encoder = _Encoder(config)
         bucket = int(key[0])
         if bucket == CLOCK_BUCKET:
@@ -423,15 +525,15 @@ def _streaming_release(config: TranslateConfig) -> Callable[..., Iterator[Any]]:
             else:
                 watermark = state.getCurrentWatermarkMs()
                 stored, learned = state.get if state.exists else (None, None)
-                window = WindowState(core, stored)
+                window = WindowState(core, stored, topology)
                 encoder.learn_stored(learned)  # the column types of the events that waited
-                window.add(_events(_pandas_payloads(frames), encoder), watermark)
+                payloads = _split_frames(frames, window)
+                window.add(_events(payloads, encoder), watermark)
                 window.release(watermark)
+                # the partition marks stay even when nothing waits (replays, the watermark)
+                state.update((window.dump(), _learned(encoder, window)))
                 timeout = window.next_timeout_ms()
-                if timeout is None:
-                    state.remove()
-                else:
-                    state.update((window.dump(), encoder.learned_bytes()))
+                if timeout is not None:
                     state.setTimeoutTimestamp(max(timeout, watermark))
                 columns = _release(window, encoder)
         yield _pandas(columns)
@@ -460,6 +562,7 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     core = TranslatorConfig(pair_key_changes=config.pair_key_changes)
 
     def release(table: Any) -> Any:
+        leave_sigint_to_the_driver()
         encoder = _Encoder(config)
         bucket = table.column("bucket")[0].as_py()
         if bucket == CLOCK_BUCKET:
@@ -469,14 +572,21 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
                 return _arrow(_dead_rows(table.column("payload").to_pylist(), encoder))
             window = WindowState(core)
             window.add(_events(_arrow_payloads(table), encoder), -(2**62))
-            window.release(2**62)
+            window.release(2**62)  # a batch is the whole input: everything goes
             return _arrow(_release(window, encoder))
 
     return release
 
 
-def translate(df: Any, config: TranslateConfig | None = None) -> Any:
+def translate(df: Any, config: TranslateConfig | None = None,
+              topology: Topology | None = None) -> Any:
     """Translate a Kafka-schema DataFrame (streaming or batch) into output rows.
+
+    ``topology`` (streaming): the partition count of every topic read, so a waiting delete or
+    create is released as soon as every partition of its topic has passed its commit LSN, and
+    for ``Trigger.AvailableNow`` the offsets where this run ends
+    (:func:`debezium_bridge.spark.source.stream_topology` builds it; the job passes it). Without
+    it, waiting events are released by transaction END records and the event-time watermark.
 
     Counters are observed per batch as ``debezium_bridge_decode`` and
     ``debezium_bridge_release``; together ``records_in = changes_out + merged + duplicates +
@@ -491,8 +601,8 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
     if df.isStreaming:
         staged = staged.withWatermark("clock", config.watermark_delay)
         released = staged.groupBy("bucket").applyInPandasWithState(
-            _streaming_release(config), _RELEASE_SCHEMA, "state binary, columns binary", "append",
-            GroupStateTimeout.EventTimeTimeout)
+            _streaming_release(config, topology), _RELEASE_SCHEMA, "state binary, columns binary",
+            "append", GroupStateTimeout.EventTimeTimeout)
     else:
         released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
     observed = released.observe(
@@ -502,21 +612,27 @@ def translate(df: Any, config: TranslateConfig | None = None) -> Any:
 
 
 def decode_stage(df: Any, config: TranslateConfig) -> Any:
-    """Step 1 of :func:`translate` on its own: one row per decoded event (``bucket``,
-    ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row
-    (benchmarks measure the cost of the steps with it)."""
+    """Step 1 of :func:`translate` on its own: one row per decoded event (``bucket``, ``kind``,
+    ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row;
+    for a streaming ``df`` also the progress rows (per task, one per bucket) and transaction END
+    rows (benchmarks measure the cost of the steps with it)."""
     from pyspark.sql import functions as F
 
     spec = _decoder_spec(config)
     buckets = config.buckets
     heartbeats = config.heartbeat_watermark
+    streaming = df.isStreaming
 
     def decode(batches: Iterator[Any]) -> Iterator[Any]:
+        leave_sigint_to_the_driver()
         decoder, catalog = _decoder(spec)
+        progress = ProgressTracker() if streaming else None
         for batch in batches:
             with _collector_paused():
-                staged = _decode_batch(batch, decoder, buckets, catalog, heartbeats)
+                staged = _decode_batch(batch, decoder, buckets, catalog, heartbeats, progress)
             yield staged
+        if progress is not None and progress.marks():
+            yield _progress_batch(progress, buckets)
 
     return df.mapInArrow(decode, _STAGE_SCHEMA).observe(
         f"{METRICS_NAME}_decode", *(F.sum(f"n_{c}").alias(c) for c in DECODE_COUNTERS))

@@ -1,11 +1,12 @@
 """The README demo: the Spark streaming job on the embedded default.
 
 Starts the embedded Tansu broker, produces the sample Debezium SQL Server traffic of
-:func:`debezium_bridge.testing.simulator.demo` (3 partitions, a snapshot, inserts, an update, a delete
-+ tombstone, a primary-key change whose halves sit in different partitions with the create
-first, a replayed tail after a simulated connector restart, a corrupt record) plus a Debezium
-heartbeat, runs the job with ``spark-submit`` and ``Trigger.AvailableNow`` on local Spark, and
-prints the translated feed, the dead letters and the counters.
+:func:`debezium_bridge.testing.simulator.demo` (3 partitions, a snapshot, inserts, an update, a
+delete + tombstone, a primary-key change whose halves sit in different partitions with the create
+first, a replayed tail after a simulated connector restart, a corrupt record), runs the job with
+``spark-submit`` and ``Trigger.AvailableNow`` on local Spark, and prints the translated feed, the
+dead letters and the counters. No heartbeat is needed: the run knows where the topics end, so
+the inserts and the delete that wait for a possible key-change partner come out at the end.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ WATERMARK_DELAY_S = 5
 
 
 def _heartbeat(after_ms: int) -> RawRecord:
-    """What Debezium's heartbeat emits (``heartbeat.interval.ms``): it moves the watermark on."""
+    """What Debezium's heartbeat emits (``heartbeat.interval.ms``): with
+    ``heartbeat_watermark`` it moves the event-time watermark on (used by tests)."""
     ts = after_ms + 2 * WATERMARK_DELAY_S * 1000
     key = b'{"serverName":"server1"}'
     return RawRecord(HEARTBEAT_TOPIC, 0, None, ts, key, json.dumps({"ts_ms": ts}).encode())
@@ -41,11 +43,10 @@ def _heartbeat(after_ms: int) -> RawRecord:
 def job_config(out: Path, bootstrap: str) -> dict[str, Any]:
     return {
         "source": {"provider": "auto", "options": {
-            "subscribePattern": r"server1\.[^.]+\.[^.]+\.[^.]+|__debezium-heartbeat\.server1",
+            "subscribePattern": r"server1\.[^.]+\.[^.]+\.[^.]+",
             "startingOffsets": "earliest", "kafka.bootstrap.servers": bootstrap}},
         "translate": {"outputs": ["canonical", "ces"],
-                      "watermark_delay": f"{WATERMARK_DELAY_S} seconds", "buckets": 8,
-                      "heartbeat_watermark": True},
+                      "watermark_delay": f"{WATERMARK_DELAY_S} seconds", "buckets": 8},
         "sinks": [
             {"kind": "parquet", "rows": "changes", "formats": ["canonical"],
              "path": str(out / "changes")},
@@ -56,7 +57,6 @@ def job_config(out: Path, bootstrap: str) -> dict[str, Any]:
         "checkpoint": str(out / "checkpoint"),
         "trigger": "available_now",
         "master": "local[2]",
-        "spark_conf": {"spark.sql.shuffle.partitions": "2"},
         "counters_json": str(out / "counters.json"),
     }
 
@@ -106,7 +106,10 @@ def _print_feed(out: Path) -> None:
           f' + pending {counters["pending"]}  ->  '
           f'{"balanced" if counters["balanced"] else "NOT BALANCED"}')
     print(f'  {counters["batches"]} micro-batches, state {counters["state_buckets"]} buckets, '
-          f'watermark {counters["watermark"]}, late {counters["late"]}')
+          f'watermark {counters["watermark"]}, late {counters["late"]}; waiting events released '
+          f'by the position watermark {counters["released_by_position"]}, transaction END '
+          f'{counters["released_by_transaction"]}, end of input {counters["released_by_end"]}, '
+          f'event time {counters["released_by_watermark"]}')
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,7 +122,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True)
     with EmbeddedKafka(log_path=str(out / "tansu.log")) as kafka:
         records, expectation = demo(partitions=args.partitions)
-        records.append(_heartbeat(max(r.timestamp or 0 for r in records)))
         topics: dict[str, int] = {}
         for r in records:
             topics[r.topic] = max(topics.get(r.topic, 0), r.partition + 1)
@@ -133,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config_path = out / "job.yaml"
         config_path.write_text(json.dumps(job_config(out, kafka.bootstrap_servers), indent=2))
         submit = Path(sys.executable).with_name("spark-submit")
-        job = Path(__file__).with_name("job.py")
+        job = Path(__file__).parents[1] / "spark" / "job.py"
         command = [str(submit), "--master", "local[2]", str(job), "--config", str(config_path)]
         print(f"== running: {' '.join(command)}")
         env = os.environ | {"PYSPARK_PYTHON": sys.executable,

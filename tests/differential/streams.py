@@ -49,7 +49,14 @@ class Stream:
     notes: list[str] = field(default_factory=list)
 
 
+_ODD_TEXT = ('quote " here', "back\\slash", "line\nbreak\r\n", "tab\tand\u0001ctl",
+             "slash / é 😀 日本", "\u2028sep", "")
+
+
 def _maker(column: SqlColumn, rng: random.Random) -> Any:
+    if "varchar" in column.sql_type and not column.sql_type.endswith("(max)"):
+        plain = _value_maker(column, rng)
+        return lambda: rng.choice(_ODD_TEXT) if rng.random() < 0.3 else plain()
     if column.sql_type.endswith("(max)"):
         base = SqlColumn(column.name, column.sql_type.replace("(max)", "(100)"))
         make = _value_maker(base, rng)

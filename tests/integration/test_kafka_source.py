@@ -166,3 +166,33 @@ def test_transaction_markers_at_the_end_do_not_stall_the_reader(
     batches, _ = run_available_now(frame, str(tmp_path / "ck"))
     assert sorted(r.value for b in batches for r in b) == [f"v{i}".encode() for i in range(5)]
     assert time.monotonic() - started < 25, "the reader waited for a message that never comes"
+
+
+def test_stream_topology_finds_the_last_message_before_trailing_transaction_markers(
+        kafka_bootstrap: str, new_topic: Callable[..., str]) -> None:
+    """What an ``available_now`` run waits for: the last *message* of each partition (the
+    offsets after it may be control records), nothing for a partition it has read already."""
+    from confluent_kafka import Producer
+
+    from debezium_bridge.spark.source import stream_topology
+
+    topic = new_topic(2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    for _ in range(2):  # two transactions: two control records in partition 0
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, value=f"v{i}".encode(), partition=0)
+        producer.commit_transaction(30)
+    options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
+               "startingOffsets": "earliest"}
+    topology, target = stream_topology(options)
+    assert topology.partitions == {topic: 2} and topology.ends is None and target is None
+    topology, target = stream_topology(options, available_now=True)
+    assert target is not None
+    end = target[topic]["0"]
+    assert end >= 8  # 6 messages, 2 markers
+    assert topology.ends == {topic: {0: end - 2}}, "the last message is before the marker"
+    topology, _ = stream_topology(options, available_now=True,
+                                  committed={topic: {"0": end, "1": 0}})
+    assert topology.ends == {}, "everything was read by the committed batches"

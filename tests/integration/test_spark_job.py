@@ -72,7 +72,6 @@ def test_job_runs_the_golden_case(entry_point: str, kafka_bootstrap: str, spark:
         "checkpoint": str(tmp_path / "checkpoint"),
         "trigger": "available_now",
         "master": "local[2]",
-        "spark_conf": {"spark.sql.shuffle.partitions": "2"},
         "counters_json": str(tmp_path / "counters.json"),
     }
     config_path = tmp_path / "job.yaml"
@@ -92,6 +91,8 @@ def test_job_runs_the_golden_case(entry_point: str, kafka_bootstrap: str, spark:
     assert result.returncode == 0, result.stderr[-3000:]
     # spark-submit runs the Python driver with its stderr merged into stdout
     assert "[balanced]" in result.stdout + result.stderr
+    # no spark_conf: the state is split over min(buckets 4, local[2]'s 2 cores), not 200
+    assert "spark.sql.shuffle.partitions=2 " in result.stdout + result.stderr
     # the console sink printed the dead letter; the hook saw every batch's rows
     assert f"dead_letter\tdlq{suffix}\t" in result.stdout
     seen = [json.loads(line) for line in hook_log.read_text().splitlines()]

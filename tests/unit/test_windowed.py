@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from debezium_bridge.core.windowed import WindowState, event_bytes, event_from_bytes
+from debezium_bridge.core.windowed import (
+    PartitionMark,
+    ProgressTracker,
+    Topology,
+    WindowState,
+    event_bytes,
+    event_from_bytes,
+)
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord
 from tests.unit.envelopes import event, insert, lsn, row, update
@@ -114,3 +121,194 @@ def test_replay_copies_in_one_call_keep_the_lowest_kafka_coordinates() -> None:
         out = changes(window)
         assert [x.offset for x in out[0].lineage] == [3]
         assert window.counters.duplicates == 1
+
+
+# -- release rules: position watermark, transaction END, end of input; replays after release ----
+
+TOPIC = "server1.testDB.dbo.customers"
+
+
+def progress(*events: ChangeEvent, offset: int | None = None) -> list[tuple[str, int, Any]]:
+    """The marks a decode task reports after reading ``events`` (in this order)."""
+    tracker = ProgressTracker()
+    for e in events:
+        tracker.record(e.record.topic, e.record.partition,
+                       offset if offset is not None else e.record.offset)
+        tracker.event(e)
+    return tracker.marks()
+
+
+def test_a_lone_delete_goes_once_every_partition_of_its_topic_passed_its_commit() -> None:
+    d, _ = pk_change(1, 2, 10, delete_partition=0)
+    later0 = decoded(update(7, 11, "a", "b", partition=0, offset=20))
+    later1 = decoded(update(8, 12, "a", "b", partition=1, offset=21))
+    window = WindowState(topology=Topology(partitions={TOPIC: 2}))
+    window.add([(d, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(d))
+    window.release(0)
+    assert changes(window) == [] and window.waiting_events() == 1
+    # partition 0 moved on, partition 1 has not been heard from: the create may still come
+    window.add([(later0, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(later0))
+    window.release(0)
+    assert [r.op for r in changes(window)] == ["update"]
+    assert window.waiting_events() == 1
+    window.add([(later1, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(later1))
+    window.release(0)
+    assert [r.op for r in changes(window)] == ["update", "delete"]
+    assert window.released["position"] == 1 and window.waiting_events() == 0
+    assert set(window.marks()) == {(TOPIC, 0), (TOPIC, 1)}
+
+
+def test_a_topic_without_known_partitions_is_never_released_by_the_position_rule() -> None:
+    d, _ = pk_change(1, 2, 10, delete_partition=0)
+    later = decoded(update(7, 11, "a", "b", partition=0, offset=20))
+    window = WindowState()  # partitions unknown: partition 1 might hold the create
+    window.add([(d, COMMIT_MS), (later, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(d, later))
+    window.release(0)
+    assert window.waiting_events() == 1
+
+
+def test_the_halves_in_one_call_pair_whatever_the_progress_says() -> None:
+    d, c = pk_change(1, 2, 10, delete_partition=0, create_partition=1)
+    window = WindowState(topology=Topology(partitions={TOPIC: 2}))
+    window.add([(d, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(d))
+    window.release(0)
+    later = decoded(update(7, 11, "a", "b", partition=0, offset=30))
+    window.add([(c, COMMIT_MS), (later, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(c, later))
+    window.release(0)
+    out = changes(window)
+    assert [(r.op, r.key_changed) for r in out] == [("update", True), ("update", False)]
+
+
+def test_a_transaction_end_releases_its_events_once_all_were_seen() -> None:
+    tx = {"id": lsn(10), "total_order": 1, "data_collection_order": 1}
+    first = decoded(event("c", 1, commit=lsn(10), change=lsn(10, 1), serial=1, after=row(1),
+                          partition=0, offset=1, tx=tx))
+    second = decoded(event("c", 2, commit=lsn(10), change=lsn(10, 2), serial=1, after=row(2),
+                           partition=1, offset=1, tx=tx | {"total_order": 2}))
+    window = WindowState()  # no partitions known: only the END can release early
+    window.add([(first, COMMIT_MS)], watermark_ms=0)
+    window.add_transactions([(first.sort_key[0], 2, COMMIT_MS)])
+    window.release(0)
+    assert changes(window) == [], "one of its two events is still missing"
+    restored = WindowState(stored=window.dump())
+    restored.add([(second, COMMIT_MS)], watermark_ms=0)
+    restored.release(0)
+    assert sorted(r.key["id"] for r in changes(restored)) == [1, 2]
+    assert restored.released["transaction"] == 2
+    assert WindowState(stored=restored.dump())._transactions == {}
+
+
+def test_an_end_that_arrives_before_its_events_waits_for_them() -> None:
+    e = decoded(insert(3, 12, partition=0, offset=5))
+    window = WindowState()
+    window.add_transactions([(e.sort_key[0], 1, COMMIT_MS)])
+    window.release(0)
+    window = WindowState(stored=window.dump())
+    window.add([(e, COMMIT_MS)], watermark_ms=0)
+    window.release(0)
+    assert [r.op for r in changes(window)] == ["insert"]
+
+
+def test_end_of_input_releases_what_waits_once_every_partition_was_read_to_its_end() -> None:
+    d, _ = pk_change(1, 2, 10, delete_partition=0)
+    ends = Topology(partitions={TOPIC: 3}, ends={TOPIC: {0: 9, 1: 4}})  # partition 2: nothing
+    window = WindowState(topology=ends)
+    window.add([(d, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(d, offset=9))
+    window.release(0)
+    assert window.waiting_events() == 1, "partition 1 has not been read to offset 4 yet"
+    window = WindowState(stored=window.dump(), topology=ends)
+    window.observe([(TOPIC, 1, PartitionMark(offset=4))])  # e.g. a tombstone at offset 4
+    window.release(0)
+    assert [r.op for r in changes(window)] == ["delete"]
+    assert window.released["end"] == 1
+
+
+def test_a_replay_after_its_group_was_released_is_dropped() -> None:
+    original = decoded(insert(3, 12, partition=0, offset=5))
+    later = decoded(update(4, 13, "a", "b", partition=0, offset=6))
+    window = WindowState(topology=Topology(partitions={TOPIC: 1}))
+    window.add([(original, COMMIT_MS), (later, COMMIT_MS)], watermark_ms=0)
+    window.observe(progress(original, later))
+    window.release(0)
+    assert sorted(r.op for r in changes(window)) == ["insert", "update"]
+    assert window.waiting_events() == 0
+    # the connector restarts and re-sends both (new offsets, same source blocks)
+    window = WindowState(stored=window.dump(), topology=Topology(partitions={TOPIC: 1}))
+    again = [decoded(insert(3, 12, partition=0, offset=7)),
+             decoded(update(4, 13, "a", "b", partition=0, offset=8))]
+    window.add([(e, COMMIT_MS + 10) for e in again], watermark_ms=COMMIT_MS + 1)
+    window.observe(progress(*again))
+    window.release(COMMIT_MS + 1)
+    assert changes(window) == []
+    assert window.counters.duplicates == 2 and window.counters.late == 0
+
+
+def test_events_of_one_call_are_checked_against_the_marks_of_earlier_calls_only() -> None:
+    e = decoded(insert(3, 12, partition=0, offset=5))
+    later = decoded(update(4, 13, "a", "b", partition=0, offset=6))
+    window = WindowState(topology=Topology(partitions={TOPIC: 1}))
+    window.observe(progress(e, later))  # the call's own progress, given first
+    window.add([(e, COMMIT_MS), (later, COMMIT_MS)], watermark_ms=0)
+    window.release(0)
+    assert sorted(r.op for r in changes(window)) == ["insert", "update"]
+    assert window.counters.duplicates == 0
+
+
+def test_partition_marks_merge_and_track_the_pairs_at_the_high_position() -> None:
+    d, c = pk_change(1, 2, 10, delete_partition=0, create_partition=0)
+    marks = progress(d, c)
+    assert len(marks) == 1
+    mark = marks[0][2]
+    assert mark.position == c.sort_key and mark.at_position == (b"c" + c.key_id,)
+    # the serials differ (1 and 2), so only the create is at the high-water position
+    assert mark.merged(PartitionMark(offset=99)).offset == 99
+    assert PartitionMark(offset=99).merged(mark).position == c.sort_key
+    snapshot_row = decoded(event("r", 9, commit=lsn(20), change=None, serial=None,
+                                 after=row(9), snapshot="true", offset=11))
+    mark = progress(snapshot_row)[0][2]
+    assert mark.commit == snapshot_row.sort_key[0] and mark.position is None
+
+
+def test_state_stored_before_the_marks_existed_still_loads() -> None:
+    import msgspec
+
+    old = msgspec.msgpack.encode([[["testDB.dbo.customers", b"\x01", b"\x02"]],
+                                  [{"commit_ms": 5, "seen": [], "waiting": []}]])
+    window = WindowState(stored=old)
+    assert len(window) == 1 and window.marks() == {}
+
+
+def test_the_jobs_default_shuffle_partitions_follow_the_buckets_and_the_cores() -> None:
+    from debezium_bridge.spark.job import default_shuffle_partitions
+
+    assert default_shuffle_partitions(64, 2) == 2  # local[2]: not Spark's 200
+    assert default_shuffle_partitions(8, 32) == 8  # never more than the state buckets
+    assert default_shuffle_partitions(64, 0) == 1
+
+
+def test_a_replay_with_a_different_image_is_a_dead_letter_not_a_duplicate() -> None:
+    """Debezium's replays are identical but for ``ts_ms`` and offsets: a waiting delete repeated
+    with another image is corruption or a different event (the CLI's rule, here for Spark)."""
+    window = WindowState()
+    half, _ = pk_change(4, 40, 7)
+    window.add([(half, COMMIT_MS)], watermark_ms=0)  # the delete waits for its partner
+    same = decoded(event("d", 4, commit=lsn(7), change=lsn(7, 2), serial=1, before=row(4),
+                         partition=0, offset=20))
+    other = decoded(event("d", 4, commit=lsn(7), change=lsn(7, 2), serial=1,
+                          before=row(4, "someone else"), partition=0, offset=21))
+    window.add([(same, COMMIT_MS), (other, COMMIT_MS)], watermark_ms=0)
+    assert (window.counters.duplicates, window.counters.replay_mismatches) == (1, 1)
+    (letter,) = window.drain_mismatches()
+    assert letter.stage == "replay-mismatch" and letter.error_class == "ReplayMismatchError"
+    assert (letter.record.partition, letter.record.offset) == (0, 21)
+    assert window.drain_mismatches() == []
+    restored = WindowState(stored=window.dump())  # the digests survive the state store
+    restored.add([(other, COMMIT_MS)], watermark_ms=0)
+    assert restored.counters.replay_mismatches == 1

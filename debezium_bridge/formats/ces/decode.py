@@ -34,12 +34,12 @@ record has VLF 0 — and ``event_serial_no`` is 1 for ``INS``/``DEL`` and 2 for 
 numbering: an update is a CDC 3+4 row pair); the halves of a key change get 1 and 2 (Debezium's
 delete + create of a primary-key update).
 
-Accepted revisions: MF-26 (``segmentindex``/``finalsegment``, compact ``data``), MF-25
-(``splitindex``/``splittotalcnt``, pretty ``data``, no ``transaction``: the commit LSN and the
-sequence number then come from ``logicalid``), ``datacontenttype`` ``application/json`` or
-``application/avro-json`` (or anything else), ``\\/`` escapes, and the tolerant cases of the
-non-conformant README illustration (``data`` as a JSON object, ``"old": null``, no
-``logicalid`` when ``transaction`` is there).
+Accepted revisions: the current one (``segmentindex``/``finalsegment``, compact ``data``),
+the 2025 one (``splitindex``/``splittotalcnt``, pretty ``data``, no ``transaction``: the
+commit LSN and the sequence number then come from ``logicalid``), ``datacontenttype``
+``application/json`` or ``application/avro-json`` (or anything else), ``\\/`` escapes, and the
+tolerant cases of the non-conformant README illustration (``data`` as a JSON object,
+``"old": null``, no ``logicalid`` when ``transaction`` is there).
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ def uuid5_text(name: str, namespace: bytes = _ID_NS) -> str:
 
 
 def default_logical_id_guid(source_name: str | None, db: str) -> str:
-    """The default logicalid GUID: ``uuid5(NAMESPACE_URL, "mssql://<source.name>/<db>")``, stable per database."""
+    """The default logicalid GUID, stable per database:
+    ``uuid5(NAMESPACE_URL, "mssql://<source.name>/<db>")``."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"mssql://{source_name or ''}/{db}"))
 
 

@@ -46,7 +46,8 @@ class CesOptions(Settings):
     """Indentation of the envelope JSON; 0 writes one line (a Kafka value), 2 reproduces the
     MS Learn examples byte for byte."""
     escape_slashes: bool = True
-    """Write ``/`` as ``\\/`` at every JSON level (the documentation's examples do it in the envelope)."""
+    """Write ``/`` as ``\\/`` at every JSON level (the documentation's examples do it in the
+    envelope)."""
     ascii_only: bool = False
     """Escape non-ASCII characters as ``\\uXXXX`` (undocumented; default: raw UTF-8)."""
     logical_id_guid: str | None = None

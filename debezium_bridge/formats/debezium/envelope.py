@@ -113,17 +113,22 @@ def _snapshot_marker(value: str | bool | None) -> str:
 
 
 def side_record_of_envelope(env: Mapping[str, Any], record: RawRecord) -> SideRecord | None:
-    """Recognise schema-change, transaction and heartbeat values (SPEC §3.1 side topics)."""
+    """Recognise schema-change, transaction and heartbeat values (side topics).
+
+    ``env`` is the decoded value of any converter (JSON payload, Avro record, Avro-JSON), so
+    the record's ``ts_ms`` is carried on the :class:`SideRecord` for every converter."""
+    ts = env.get("ts_ms")
+    ts_ms = ts if ts.__class__ is int else None
     status = env.get("status")
     if status in ("BEGIN", "END") and "id" in env:
         kind = SideKind.TX_BEGIN if status == "BEGIN" else SideKind.TX_END
         count = env.get("event_count")
         return SideRecord(kind, record, tx_id=str(env["id"]),
-                          event_count=count if isinstance(count, int) else None)
+                          event_count=count if isinstance(count, int) else None, ts_ms=ts_ms)
     if "tableChanges" in env or "ddl" in env or "databaseName" in env:
-        return SideRecord(SideKind.SCHEMA_CHANGE, record)
+        return SideRecord(SideKind.SCHEMA_CHANGE, record, ts_ms=ts_ms)
     if record.topic.startswith("__debezium-heartbeat") or set(env) == {"ts_ms"}:
-        return SideRecord(SideKind.HEARTBEAT, record)
+        return SideRecord(SideKind.HEARTBEAT, record, ts_ms=ts_ms)
     return None
 
 

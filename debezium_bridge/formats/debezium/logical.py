@@ -1,4 +1,4 @@
-"""Connect values → canonical logical values (SPEC §5.1), compiled once per table version.
+"""Connect values → canonical logical values (docs/canonical.md), compiled once per table version.
 
 Canonical values are JSON-ready: integers; decimals and money as exact strings with their scale
 (``"42.00"``); floats; booleans; date ``YYYY-MM-DD``; time ``HH:MM:SS[.f…]``; datetime/datetime2

@@ -1,4 +1,5 @@
-"""Canonical change records → the SQL Server connector's Kafka records (docs/canonical.md, Debezium envelopes).
+"""Canonical change records → the SQL Server connector's Kafka records (docs/canonical.md,
+"Debezium envelopes back").
 
 Column SQL types come from a :class:`~debezium_bridge.formats.columns.ColumnCatalog`; the
 envelopes themselves are built by :class:`~debezium_bridge.formats.debezium.encode.DebeziumEncoder`.

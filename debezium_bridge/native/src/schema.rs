@@ -404,7 +404,7 @@ impl Scalar<'_> {
             Scalar::Float(v) => {
                 jsonw::write_f64(out, *v);
             }
-            Scalar::Str(s) => crate::parse::write_text(out, s),
+            Scalar::Str(s) => jsonw::write_str(out, s),
             Scalar::Nested(_) => {}
         }
     }
