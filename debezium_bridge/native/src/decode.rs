@@ -203,11 +203,12 @@ const MAX_DEPTH: usize = 64;
 /// Whether the JSON text nests no deeper than [`MAX_DEPTH`]: a count of the brackets decides
 /// almost always; only text with many of them is scanned.
 fn shallow(text: &[u8]) -> bool {
-    if memchr::memchr2_iter(b'{', b'[', text)
-        .take(MAX_DEPTH + 1)
-        .count()
-        <= MAX_DEPTH
-    {
+    nests_within(text, MAX_DEPTH)
+}
+
+/// Whether the JSON text nests no deeper than `max`.
+fn nests_within(text: &[u8], max: usize) -> bool {
+    if memchr::memchr2_iter(b'{', b'[', text).take(max + 1).count() <= max {
         return true;
     }
     let mut depth = 0usize;
@@ -228,7 +229,7 @@ fn shallow(text: &[u8]) -> bool {
             b'"' => in_string = true,
             b'{' | b'[' => {
                 depth += 1;
-                if depth > MAX_DEPTH {
+                if depth > max {
                     return false;
                 }
             }
@@ -302,13 +303,23 @@ impl Decoder {
                 && value.last() == Some(&b'}')
             {
                 let rows = rows.clone().ok_or(Decline)?;
-                let payload = std::str::from_utf8(&value[prefix.len()..value.len() - 1])
-                    .map_err(|_| Decline)?;
+                // the prefix (the schema part) came from a value that nested within
+                // MAX_DEPTH; the payload sits one level inside the outer object, so only the
+                // payload is scanned (a schema part holds hundreds of brackets, which made
+                // every scan of the whole value a byte-by-byte one)
+                let body = &value[prefix.len()..value.len() - 1];
+                if !nests_within(body, MAX_DEPTH - 1) {
+                    return Err(Decline);
+                }
+                let payload = std::str::from_utf8(body).map_err(|_| Decline)?;
                 return Ok((
                     rows,
                     payload.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r'),
                 ));
             }
+        }
+        if !shallow(value) {
+            return Err(Decline);
         }
         let text = std::str::from_utf8(value).map_err(|_| Decline)?;
         let parts: WithSchema = sonic_rs::from_str(text).map_err(|_| Decline)?;
@@ -353,12 +364,15 @@ impl Decoder {
     /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
     /// null key.
     fn key(&mut self, topic_id: u32, raw: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
-        if raw.first() == Some(&0) || !shallow(raw) {
+        if raw.first() == Some(&0) {
             return Err(Decline); // Confluent Avro keys: see the Avro decoder
         }
         let (rows, payload) = if raw.starts_with(WITH_SCHEMA) {
-            self.split(topic_id, raw, true)?
+            self.split(topic_id, raw, true)? // (checks the nesting)
         } else {
+            if !shallow(raw) {
+                return Err(Decline);
+            }
             let text = std::str::from_utf8(raw).map_err(|_| Decline)?;
             let text = text.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r');
             if text == "null" {
@@ -415,13 +429,13 @@ impl Decoder {
             Some(b'{') => {}
             _ => return Err(Decline),
         }
-        if !shallow(value) {
-            return Err(Decline);
-        }
         // (CES events have no `op`: they are declined below and go through the assembler)
         let (rows, payload) = if value.starts_with(WITH_SCHEMA) {
-            self.split(input.topic_id, value, false)?
+            self.split(input.topic_id, value, false)? // (checks the nesting)
         } else {
+            if !shallow(value) {
+                return Err(Decline);
+            }
             (
                 Rows::Schemaless,
                 std::str::from_utf8(value).map_err(|_| Decline)?,
