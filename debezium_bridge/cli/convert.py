@@ -19,6 +19,7 @@ from pydantic_settings import CliPositionalArg
 from debezium_bridge.cli.sink import FileSink
 from debezium_bridge.clients.registry import RegistrySchemaResolver, registry_registrar
 from debezium_bridge.config import RunnerSettings
+from debezium_bridge.core import native
 from debezium_bridge.core.pipeline import CdcPipeline, Pipeline
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.errors import ConfigError
@@ -35,7 +36,7 @@ from debezium_bridge.formats.debezium.registry import (
     SchemaResolver,
 )
 from debezium_bridge.formats.debezium.settings import DecodeSettings
-from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump
+from debezium_bridge.formats.dumps import DumpFormat, DumpLineError, read_dump, record_of_line
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
@@ -44,6 +45,8 @@ from debezium_bridge.output import Output, OutputFormat, OutputSettings
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_IO, EXIT_SERVICE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+_CHUNK = 4 << 20
+"""Bytes of a dump file handed to the native core at once."""
 _LOGGED_REJECTIONS = 20
 """Dead letters named one by one in the log; the rest are counted (they are all in --dlq)."""
 
@@ -229,6 +232,49 @@ class Conversion:
             raise ConfigError("change-table rows and Kafka dumps cannot be converted in one run")
         return kinds == {True}
 
+    def _native_format(self, path: str) -> DumpFormat | None:
+        """The line format of a dump the native core reads itself (lossless, kcat), when the
+        native core runs; ``None`` otherwise."""
+        if path == "-" or not native.available() or not native.use_native(self.config.native):
+            return None
+        with read_dump(path, **self.reader_options) as reader:
+            fmt = reader.format
+        return fmt if fmt in (DumpFormat.LOSSLESS, DumpFormat.KCAT) else None
+
+    @staticmethod
+    def _chunks(path: str) -> Iterator[tuple[bytes, bool]]:
+        """A file in large chunks, each with whether it is the last."""
+        with open(path, "rb") as handle:
+            chunk = handle.read(_CHUNK)
+            while chunk:
+                following = handle.read(_CHUNK)
+                yield chunk, not following
+                chunk = following
+
+    def _learn_native(self, path: str, fmt: DumpFormat, partitions: set[tuple[str, int]]
+                      ) -> int:
+        scanner = native.module().NativeCore(
+            pair_key_changes=True, max_pending=1, dedupe_capacity=0, placeholder="",
+            binary_mode="bytes", fallback=None, mismatch=None)
+        rest = b""
+        size = 0
+        for chunk, last in self._chunks(path):
+            data = rest + chunk if rest else chunk
+            size += len(chunk)
+            consumed, seen, declined = scanner.scan_dump(data, fmt.value, last)
+            rest = data[consumed:]
+            for topic, partition, ces in seen:
+                if ces or _is_data_topic(topic):
+                    partitions.add((topic, partition))
+            for line in declined:
+                try:
+                    item = record_of_line(line, fmt)
+                except ValueError:
+                    continue
+                if _is_data_topic(item.topic) or is_ces(item.value):
+                    partitions.add((item.topic, item.partition))
+        return size
+
     def _learn_inputs(self) -> tuple[set[tuple[str, int]], dict[str, Any], int]:
         """Partitions of the data topics (so ordering waits for all), Avro schemas embedded in
         the dumps, and the input size."""
@@ -238,6 +284,10 @@ class Conversion:
         if "-" in self.config.inputs:
             return partitions, schemas, total
         for path in self.config.inputs:
+            fmt = self._native_format(path)
+            if fmt is not None:
+                total += self._learn_native(path, fmt, partitions)
+                continue
             with read_dump(path, **self.reader_options) as reader:
                 for item in reader:
                     if isinstance(item, RawRecord) and (_is_data_topic(item.topic)
@@ -273,7 +323,8 @@ class Conversion:
                           AvroDecoder(_resolver(config, dump_schemas)))
         pipeline = Pipeline(TranslatorConfig(pair_key_changes=config.pair_key_changes,
                                              max_pending=config.max_pending,
-                                             dedupe_capacity=config.dedupe_capacity),
+                                             dedupe_capacity=config.dedupe_capacity,
+                                             native=config.native),
                             decoder, config.ces)
         for name, schema in table_schemas.items():
             pipeline.catalog.add_schema(schema, name)
@@ -321,6 +372,30 @@ class Conversion:
             code = EXIT_REJECTED
         return code
 
+    @property
+    def _writes_lines(self) -> bool:
+        """Whether the output is exactly the canonical JSON lines (then the native core's
+        buffer is written as it is)."""
+        config = self.config
+        return (config.format is OutputFormat.CANONICAL and config.file_layout == "values"
+                and not config.output_tombstones)
+
+    def _translate_native(self, path: str, fmt: DumpFormat, sink: FileSink,
+                          dead_sink: FileSink | None, progress: _Progress, done_bytes: int) -> int:
+        """One lossless/kcat dump through the native core, chunk by chunk."""
+        pipeline, counters = self.pipeline, self.pipeline.translator.counters
+        rest = b""
+        line_no = 1
+        size = 0
+        for chunk, last in self._chunks(path):
+            data = rest + chunk if rest else chunk
+            size += len(chunk)
+            consumed, line_no = pipeline.process_dump_chunk(data, fmt, path, line_no, last)
+            rest = data[consumed:]
+            self._drain(sink, dead_sink)
+            progress.update(counters.records_in, done_bytes + size)
+        return size
+
     def _translate(self, sink: FileSink, dead_sink: FileSink | None, progress: _Progress,
                    show: bool) -> None:
         if isinstance(self.pipeline, CdcPipeline):
@@ -329,6 +404,11 @@ class Conversion:
         pipeline, counters = self.pipeline, self.pipeline.translator.counters
         done_bytes = 0
         for path in self.config.inputs:
+            fmt = self._native_format(path) if pipeline.translator.is_native else None
+            if fmt is not None:
+                done_bytes += self._translate_native(path, fmt, sink, dead_sink, progress,
+                                                     done_bytes)
+                continue
             with read_dump(path, **self.reader_options) as reader:
                 for item in reader:
                     if item.__class__ is DumpLineError:
@@ -369,6 +449,14 @@ class Conversion:
         pipeline.flush()
 
     def _drain(self, sink: FileSink, dead_sink: FileSink | None) -> None:
+        if self._writes_lines:
+            lines, count, rejected = self.pipeline.drain_json()
+            if count:
+                sink.write_lines(lines, count)
+                written = self.output.counters.records
+                written[self.config.format] = written.get(self.config.format, 0) + count
+            self._write_dead([self.output.dead_letter(d) for d in rejected], dead_sink)
+            return
         changes, dead = self.pipeline.drain()
         self._write(changes, dead, sink, dead_sink)
 
@@ -381,6 +469,9 @@ class Conversion:
             records = [r for r in records if r.kind == "change"]
             letters += failed
         sink.write(records)
+        self._write_dead(letters, dead_sink)
+
+    def _write_dead(self, letters: list[Any], dead_sink: FileSink | None) -> None:
         for letter in letters:
             self._log_rejection(letter)
         if dead_sink is not None and letters:

@@ -42,6 +42,12 @@ class FileSink:
         else:
             self.written += write_lossless((self._placed(r) for r in records), self.out)
 
+    def write_lines(self, lines: bytes, count: int) -> None:
+        """``count`` values already joined as lines (the canonical JSON lines of the native
+        core); values layout only."""
+        self.out.write(lines)
+        self.written += count
+
     def _placed(self, record: OutputRecord) -> RawRecord:
         if record.key is not None:
             partition = partition_for(record.key, self.partitions)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO
 
-from debezium_bridge.core import Translator
+from debezium_bridge.core import Translator, native
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.core.translator import translate_stream
@@ -32,6 +32,7 @@ from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.formats.debezium.writer import KeyChangeLedger
+from debezium_bridge.formats.dumps import DumpFormat, record_of_line
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
@@ -55,12 +56,73 @@ class Pipeline:
         self.decoder.ces = CesDecoder(ces_options, self.catalog)
         self.translator = Translator(config, self.decoder)
         self.assembler = CesAssembler(ces_options)
+        self._native_seen = 0
+        if self.translator.is_native:
+            # the native core reads what is not CES itself; the rest comes here, through the
+            # assembler, to the Python decoder
+            self.translator.native_fallback = self._declined
+
+    def _declined(self, record: KafkaRecord) -> list[native.Result]:
+        raw = record if record.__class__ is RawRecord else as_raw_record(record)
+        decode = self.decoder.decode
+        return [result for item in self.assembler.feed(raw)  # type: ignore[arg-type]
+                for result in native.fallback_results(decode, item)]
+
+    def _sync_assembler(self) -> None:
+        """Records the native core read itself passed the assembler (they are not CES)."""
+        seen = self.translator._core.native_records
+        if seen != self._native_seen:
+            counters = self.assembler.counters
+            counters.records_in += seen - self._native_seen
+            counters.passed += seen - self._native_seen
+            self._native_seen = seen
 
     def process(self, record: KafkaRecord) -> None:
-        raw = record if record.__class__ is RawRecord else as_raw_record(record)
+        self.process_many((record,))
+
+    # -- dump files on the native core ----------------------------------------------------------
+    def process_dump_chunk(self, chunk: bytes, fmt: DumpFormat, path: str, line_no: int,
+                           last: bool) -> tuple[int, int]:
+        """Translate the complete lines of a chunk of a lossless or kcat dump file on the
+        native core (no Python object per line); returns the bytes consumed and the next line
+        number. Lines it does not read go to the Python reader and decoder; a line that cannot
+        be read is a dead letter (stage ``read``), as in :class:`~debezium_bridge.formats.dumps
+        .DumpReader`."""
+        core = self.translator._core
+
+        def line_fallback(line: bytes, number: int) -> list[native.Result]:
+            try:
+                raw = record_of_line(line, fmt)
+            except ValueError as exc:
+                where = RawRecord(topic=f"file:{path}", partition=0, offset=number, value=line)
+                return [("dead", DeadLetter(where, "read", "DumpLineError", str(exc),
+                                            error_module="debezium_bridge.formats.dumps"))]
+            return self._declined(raw)
+
+        def mismatch_line(line: bytes, number: int, message: str) -> DeadLetter:
+            return native.mismatch_letter(record_of_line(line, fmt), message)
+
+        try:
+            consumed, next_line = core.process_dump(chunk, fmt.value, line_no, last,
+                                                    line_fallback, mismatch_line)
+        finally:
+            self.translator._sync()
+            self._sync_assembler()
+        return consumed, next_line
+
+    def process_many(self, records: Iterable[KafkaRecord]) -> None:
+        """Translate records in order (the native core reads them in one call)."""
+        if self.translator.is_native:
+            try:
+                self.translator.process_many(records)
+            finally:
+                self._sync_assembler()
+            return
         process = self.translator.process
-        for item in self.assembler.feed(raw):  # type: ignore[arg-type]
-            process(item)
+        for record in records:
+            raw = record if record.__class__ is RawRecord else as_raw_record(record)
+            for item in self.assembler.feed(raw):  # type: ignore[arg-type]
+                process(item)
 
     def flush(self) -> None:
         """End of input: incomplete CES events become dead letters, waiting events are
@@ -72,6 +134,12 @@ class Pipeline:
         changes, dead = self.translator.drain()
         assembler_dead = self.assembler.drain_dead()
         return changes, assembler_dead + dead if assembler_dead else dead
+
+    def drain_json(self) -> tuple[bytes, int, list[DeadLetter]]:
+        """As :meth:`Translator.drain_json`, with the assembler's dead letters first."""
+        lines, count, dead = self.translator.drain_json()
+        assembler_dead = self.assembler.drain_dead()
+        return lines, count, assembler_dead + dead if assembler_dead else dead
 
     @property
     def has_output(self) -> bool:
@@ -111,7 +179,10 @@ class CdcPipeline:
                  lsn_times: LsnTimes | None = None) -> None:
         self.settings = settings or CdcSettings()
         self.instances = dict(instances)
-        self.translator = Translator(config)
+        # change-table rows are not Kafka records: they enter through process_event, which the
+        # Python reference implements (the native core reads Kafka records)
+        self.translator = Translator((config or TranslatorConfig()).model_copy(
+            update={"native": "off"}))
         self.ledger = KeyChangeLedger()
         self.catalog = ColumnCatalog()
         if lsn_times is None and self.settings.lsn_time_mapping:

@@ -27,6 +27,12 @@ Rules (docs/concepts.md), in the order they apply to each input record:
 
 An event that arrives after its position was released (a partition lagging by more than the
 wait) is emitted at once, unpaired, and counted as ``late``.
+
+**Two implementations.** This module is the readable reference. Where the extension
+``debezium_bridge._native`` is built (and ``TranslatorConfig.native`` / ``DEBEZIUM_BRIDGE_NATIVE``
+allow it), :class:`Translator` keeps its state in the native core, which implements these rules
+byte for byte and hands the records it does not decode itself back to the Python decoder
+(:mod:`debezium_bridge.core.native`). The public methods are the same either way.
 """
 
 from __future__ import annotations
@@ -35,14 +41,16 @@ import hashlib
 import heapq
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import msgspec
 
+from debezium_bridge.core import native
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.errors import (
+    ConfigError,
     LsnFormatError,
     RecordError,
     ReplayMismatchError,
@@ -144,6 +152,7 @@ _new_hash = hashlib.blake2b(digest_size=16).copy
 
 
 _image_encode = msgspec.json.Encoder(order="sorted").encode
+_encode_lines = msgspec.json.Encoder().encode_lines
 _new_digest = hashlib.blake2b(digest_size=8).copy
 
 
@@ -231,11 +240,81 @@ class Translator:
                                                          set[Any]]] | None = None
         """With :meth:`track_resume_points`: per partition, the dedupe mark of what was
         released."""
+        self.native_fallback: Callable[[KafkaRecord], Iterable[native.Result]] | None = None
+        """Where the native core sends the records it declines (default: this translator's
+        decoder); the CES pipeline puts its segment assembler in front."""
+        self._core: Any = None
+        self._synced: dict[str, int] = {}
+        if native.use_native(self.config.native) and self.decoder.__class__ is Decoder:
+            options = self.decoder.options
+            self._core = native.make_core(
+                pair_key_changes=self.config.pair_key_changes,
+                max_pending=self.config.max_pending,
+                dedupe_capacity=self.config.dedupe_capacity,
+                placeholder=options.unavailable_value_placeholder,
+                binary_mode=options.binary_handling_mode,
+                fallback=self._declined)
+            self._core.configure(list(options.table_schemas), True)
+            self._synced = self._core.counters()
+
+    @property
+    def is_native(self) -> bool:
+        """Whether this translator runs on the native core."""
+        return self._core is not None
+
+    # -- the native core ----------------------------------------------------------------------
+    def _python_only(self, method: str) -> None:
+        """State that only the Python reference keeps (resume points for runners that commit
+        input offsets, events that are not Kafka records): such runners choose ``native: off``."""
+        if self._core is not None:
+            raise ConfigError(f"Translator.{method} needs the Python core (native: off)")
+
+    def _declined(self, record: KafkaRecord) -> Iterable[native.Result]:
+        if self.native_fallback is not None:
+            return self.native_fallback(record)
+        return native.fallback_results(self.decoder.decode, record)
+
+    def _sync(self) -> None:
+        """Apply the native counters' changes to :attr:`counters` (callers may keep and even
+        change that object, e.g. the Spark window state), and tell schema listeners about
+        schemas the native decoder compiled."""
+        now = self._core.counters()
+        counters, before = self.counters, self._synced
+        for name, value in now.items():
+            delta = value - before[name]
+            if delta:
+                setattr(counters, name, getattr(counters, name) + delta)
+        forced = now["released_by_pressure"] - before["released_by_pressure"]
+        if forced and (not before["released_by_pressure"] or before["released_by_pressure"]
+                       // _PRESSURE_LOG_EVERY != now["released_by_pressure"]
+                       // _PRESSURE_LOG_EVERY):
+            log.warning("more than max_pending=%d events wait: releasing the lowest positions "
+                        "before every partition moved past them (%d so far; a key change split "
+                        "across partitions may stay unpaired)", self.config.max_pending,
+                        now["released_by_pressure"])
+        self._synced = now
+        schemas = self._core.take_new_schemas()
+        if schemas and self.decoder.schema_listeners:
+            self._notify_schemas(schemas)
+
+    def _notify_schemas(self, schemas: list[str]) -> None:
+        for text in schemas:
+            try:
+                schema = msgspec.json.decode(text[1:])
+                if text[0] == "v":
+                    self.decoder._compile_envelope_schema(schema)
+                else:
+                    self.decoder._compile_key_schema(schema)
+            except RecordError:
+                continue
 
     # -- partitions ---------------------------------------------------------------------------
     def expect(self, partitions: Iterable[TopicPartition]) -> None:
         """Declare data partitions that will deliver events, so nothing is released before
         each of them has been heard from (or marked idle)."""
+        if self._core is not None:
+            self._core.expect([(topic, partition) for topic, partition in partitions])
+            return
         for tp in partitions:
             if tp not in self._commit_marks:
                 self._commit_marks[tp] = b""
@@ -243,6 +322,10 @@ class Translator:
 
     def mark_idle(self, partition: TopicPartition) -> None:
         """Exclude a partition from the watermark until it delivers again (idle timeout)."""
+        if self._core is not None:
+            self._core.mark_idle(*partition)
+            self._sync()
+            return
         self._idle.add(partition)
         self._watermark = None
         self._release_ready()
@@ -251,6 +334,7 @@ class Translator:
         """Count a partition marked idle in the watermark again before it delivers (a runner
         that sees another partition of a topic wake up expects news from this one too: its
         records may just not have been fetched yet)."""
+        self._python_only("mark_active")
         if partition in self._idle:
             self._idle.discard(partition)
             self._watermark = None
@@ -262,6 +346,12 @@ class Translator:
 
     def process_many(self, records: Iterable[KafkaRecord]) -> None:
         """Translate records in order; results become available through :meth:`drain`."""
+        if self._core is not None:
+            try:
+                self._core.process(records)
+            finally:
+                self._sync()
+            return
         counters = self.counters
         decode = self.decoder.decode
         accept = self._accept
@@ -290,6 +380,10 @@ class Translator:
 
     def reject(self, dead_letter: DeadLetter) -> None:
         """Account for input the runner could not even read (e.g. a corrupt dump line)."""
+        if self._core is not None:
+            self._core.reject(dead_letter)
+            self._sync()
+            return
         self.counters.records_in += 1
         self.counters.dead_letters += 1
         self._dead.append(dead_letter)
@@ -298,6 +392,7 @@ class Translator:
         """Take an event decoded from input that is not a Kafka record (SQL Server change-table
         rows, :mod:`debezium_bridge.formats.cdc`): ``records`` input records made it (2 for an
         update's old and new rows; the first counts as ``merged``)."""
+        self._python_only("process_event")
         self.counters.records_in += records
         self.counters.merged += records - 1
         self._accept(event)
@@ -305,6 +400,7 @@ class Translator:
     def drop_duplicate(self, records: int = 1) -> None:
         """Account for input records that repeat one already taken (an identical change-table
         row in overlapping exports)."""
+        self._python_only("drop_duplicate")
         self.counters.records_in += records
         self.counters.duplicates += records
 
@@ -330,6 +426,7 @@ class Translator:
         watermark. A count that is too high only delays release. Returns ``False`` when no
         event of that transaction has arrived yet (a runner reading the transaction topic
         ahead of the data may offer it again later), ``True`` otherwise."""
+        self._python_only("end_transaction")
         if commit in self._commits:
             self._tx_expected[commit] = event_count
             self._release_ready()
@@ -510,12 +607,14 @@ class Translator:
         given back through :meth:`restore_marks`): replays of events released before the
         restart point are then still recognised, and everything from it on is decided exactly
         as before."""
+        self._python_only("track_resume_points")
         if self._released_marks is None:
             self._released_marks = {}
 
     def pending_offsets(self) -> dict[TopicPartition, int]:
         """The lowest input offset still waiting in state, per partition (partitions with
         nothing waiting are absent). Committed offsets must not pass it. O(waiting events)."""
+        self._python_only("pending_offsets")
         lowest: dict[TopicPartition, int] = {}
         for events in self._groups.values():
             for e in events:
@@ -534,6 +633,7 @@ class Translator:
         (or now, when nothing of it waits). Per partition, Debezium writes in position order and
         the watermark releases in position order, so the released events are exactly the ones
         before the lowest waiting one. Needs :meth:`track_resume_points`."""
+        self._python_only("resume_marks")
         if self._released_marks is None:
             raise RuntimeError("call track_resume_points() before processing")
         return {tp: (mark[0], tuple(sorted(mark[1])))
@@ -541,6 +641,7 @@ class Translator:
 
     def restore_marks(self, marks: Mapping[TopicPartition, ResumeMark]) -> None:
         """Start partitions from saved marks (:meth:`resume_marks`), before their first record."""
+        self._python_only("restore_marks")
         self.track_resume_points()
         assert self._released_marks is not None
         for tp, (sort_key, locals_) in marks.items():
@@ -565,6 +666,10 @@ class Translator:
 
     def flush(self) -> None:
         """Release everything still waiting (end of input)."""
+        if self._core is not None:
+            self._core.flush()
+            self._sync()
+            return
         heap = self._group_heap
         while heap:
             self._release_group(heapq.heappop(heap))
@@ -573,6 +678,10 @@ class Translator:
     def emit(self, events: list[ChangeEvent]) -> None:
         """Pair and emit one position group whose release a runner decided itself (the Spark
         runner keeps waiting events in Spark state); results come out through :meth:`drain`."""
+        if self._core is not None:
+            self._core.emit([native.flatten(e) for e in events], False)
+            self._sync()
+            return
         if len(events) == 1:
             self.counters.changes_out += 1
             self._changes.append(self._single(events[0]))
@@ -581,6 +690,10 @@ class Translator:
 
     def emit_each(self, events: list[ChangeEvent]) -> None:
         """Emit each event as a change of its own (no pairing), like :meth:`emit` of one."""
+        if self._core is not None:
+            self._core.emit([native.flatten(e) for e in events], True)
+            self._sync()
+            return
         self.counters.changes_out += len(events)
         self._changes.extend(map(self._single, events))
 
@@ -704,13 +817,40 @@ class Translator:
     # -- output -------------------------------------------------------------------------------
     def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:
         """Take the change records and dead letters produced so far."""
+        if self._core is not None:
+            lines, _ = self._core.drain_lines()
+            return native.decode_lines(lines), self._core.drain_dead()
         changes, dead = self._changes, self._dead
         self._changes, self._dead = [], []
         return changes, dead
 
+    def drain_json(self) -> tuple[bytes, int, list[DeadLetter]]:
+        """Take the output as canonical JSON lines (one buffer, each record ending in a
+        newline; what :func:`~debezium_bridge.formats.canonical.encode_lines` writes), their
+        count, and the dead letters: the runners' path, with no object per change on the native
+        core."""
+        if self._core is not None:
+            lines, count = self._core.drain_lines()
+            return lines, count, self._core.drain_dead()
+        changes, dead = self.drain()
+        return _encode_lines(changes) if changes else b"", len(changes), dead
+
+    def drain_arrow(self) -> tuple[Any, list[DeadLetter]]:
+        """Take the output as one Arrow batch (native core only): an object of the Arrow
+        PyCapsule protocol (``pyarrow.record_batch(batch)``) with the UTF-8 columns
+        ``event_id, op, table_id, seq, commit_ts, key, value`` (``value`` = the canonical JSON
+        line), and the dead letters. The Python core has no Arrow view here (the core imports
+        no Arrow library): runners build one from :meth:`drain_json`."""
+        if self._core is None:
+            raise ConfigError("drain_arrow needs the native core (native: on/auto with the "
+                              "extension built); use drain_json with the Python core")
+        return self._core.drain_arrow(), self._core.drain_dead()
+
     @property
     def has_output(self) -> bool:
         """Whether :meth:`drain` would return anything."""
+        if self._core is not None:
+            return bool(self._core.has_output)
         return bool(self._changes or self._dead)
 
     def translate(self, records: Iterable[KafkaRecord], *, flush: bool = True
@@ -720,6 +860,8 @@ class Translator:
 
     def state_size(self) -> dict[str, int]:
         """Sizes of the bounded state (for logs, metrics and benchmarks)."""
+        if self._core is not None:
+            return dict(self._core.state_size())
         return {
             "pending_events": self.counters.pending,
             "pending_groups": len(self._groups),

@@ -219,7 +219,12 @@ class WindowState:
 
     def __init__(self, config: TranslatorConfig | None = None, stored: bytes | None = None,
                  topology: Topology | None = None) -> None:
-        self._emitter = Translator(config)
+        # The Python core writes what this state releases: the events here are Python
+        # ChangeEvents (they travel between Spark stages as msgpack), and handing them to the
+        # native core would only add a conversion each way. The Spark runner's native path
+        # (decode and state in the native core) is not built yet: see the native core's README.
+        self._emitter = Translator((config or TranslatorConfig()).model_copy(
+            update={"native": "off"}))
         self.mismatched: list[ChangeEvent] = []
         """Events dropped from the waiting state as replays with a different image; see
         :meth:`drain_mismatches`."""

@@ -38,6 +38,7 @@ __all__ = [
     "detect_format",
     "read_dump",
     "read_dumps",
+    "record_of_line",
     "to_lossless_line",
     "write_lossless",
 ]
@@ -201,6 +202,25 @@ def _kcat_record(line: bytes) -> RawRecord:
     )
 
 
+def record_of_line(line: bytes, fmt: DumpFormat) -> RawRecord:
+    """One non-blank lossless or kcat line as a record; raises :class:`ValueError` with the
+    message a :class:`DumpLineError` carries."""
+    if fmt is DumpFormat.LOSSLESS:
+        try:
+            r = _LOSSLESS_DECODER.decode(line)
+        except ValueError as exc:
+            raise ValueError(f"invalid lossless line: {exc}") from exc
+        return RawRecord(
+            r.topic, r.partition, r.offset, r.timestamp, r.key_b64, r.value_b64, r.headers
+        )
+    if fmt is DumpFormat.KCAT:
+        try:
+            return _kcat_record(line)
+        except ValueError as exc:
+            raise ValueError(f"invalid kcat line: {exc}") from exc
+    raise ValueError(f"not a line format: {fmt}")
+
+
 class DumpReader:
     """A single-pass iterable of ``RawRecord | DumpLineError`` over one dump file.
 
@@ -310,28 +330,25 @@ class DumpReader:
     def _iter_lossless(
         self, lines: Iterable[tuple[int, bytes]]
     ) -> Iterator[RawRecord | DumpLineError]:
-        decode = _LOSSLESS_DECODER.decode
+        lossless = DumpFormat.LOSSLESS
         for line_no, line in lines:
             self.bytes_read += len(line)
             try:
-                r = decode(line)
+                yield record_of_line(line, lossless)
             except ValueError as exc:
                 if not line.isspace():
-                    yield self._error(line_no, line, f"invalid lossless line: {exc}")
-                continue
-            yield RawRecord(
-                r.topic, r.partition, r.offset, r.timestamp, r.key_b64, r.value_b64, r.headers
-            )
+                    yield self._error(line_no, line, str(exc))
 
     def _iter_kcat(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[RawRecord | DumpLineError]:
+        kcat = DumpFormat.KCAT
         for line_no, line in lines:
             self.bytes_read += len(line)
             if line.isspace():
                 continue
             try:
-                yield _kcat_record(line)
+                yield record_of_line(line, kcat)
             except ValueError as exc:
-                yield self._error(line_no, line, f"invalid kcat line: {exc}")
+                yield self._error(line_no, line, str(exc))
 
     def _iter_text(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[RawRecord]:
         topic, partition, sep = self.topic or "", self._partition, self._separator

@@ -1,0 +1,1170 @@
+//! Replay dedupe, ordering by position, release by watermark / transaction END / pressure,
+//! pairing of primary-key-change halves and canonical JSON lines: `core/translator.py`
+//! rule for rule (that module's docstring is the specification; the comments here name the
+//! Python function each part mirrors).
+//!
+//! State lives here only: records the native decoder declines are decoded by Python and handed
+//! back as events ([`Core::accept`]), so ordering, dedupe and pairing see every event in input
+//! order whichever decoder read it.
+
+use crate::decode::Interner;
+use crate::event::{Event, Image};
+use crate::jsonw;
+use crate::value;
+use blake2::digest::{Update, VariableOutput};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+/// An LSN as the reference compares its bytes: NULL (`b""`) lowest, then the 10 bytes.
+pub type LsnKey = u128;
+/// Above every LSN: the reference's `b"\xff" * 11` (no active partition).
+pub const TOP: LsnKey = u128::MAX;
+
+#[inline]
+pub fn lsn_key(lsn: &crate::lsn::Lsn) -> LsnKey {
+    match lsn {
+        None => 0,
+        Some(b) => {
+            let mut v: u128 = 1;
+            for &x in b {
+                v = (v << 8) | x as u128;
+            }
+            v
+        }
+    }
+}
+
+pub type SortKey = (LsnKey, LsnKey, i64);
+type GroupKey = (LsnKey, LsnKey, Arc<str>);
+
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    pub records_in: i64,
+    pub changes_out: i64,
+    pub merged: i64,
+    pub duplicates: i64,
+    pub side_records: i64,
+    pub tombstones: i64,
+    pub dead_letters: i64,
+    pub skipped: i64,
+    pub pending: i64,
+    pub late: i64,
+    pub key_changes_paired: i64,
+    pub released_by_pressure: i64,
+    pub replay_mismatches: i64,
+}
+
+pub struct Config {
+    pub pair_key_changes: bool,
+    pub max_pending: i64,
+    pub dedupe_capacity: usize,
+}
+
+/// `_BoundedSet`: forgets its oldest members beyond `capacity`.
+struct BoundedSet {
+    capacity: usize,
+    members: hashbrown::HashSet<u128>,
+    order: VecDeque<u128>,
+}
+
+impl BoundedSet {
+    fn contains(&self, item: u128) -> bool {
+        self.members.contains(&item)
+    }
+    fn add(&mut self, item: u128) {
+        if self.capacity == 0 || self.members.contains(&item) {
+            return;
+        }
+        self.members.insert(item);
+        self.order.push_back(item);
+        if self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.members.remove(&old);
+            }
+        }
+    }
+}
+
+/// `_ImageMemory`: two generations of identity → image digest.
+struct ImageMemory {
+    half: usize,
+    new: hashbrown::HashMap<u128, u64>,
+    old: hashbrown::HashMap<u128, u64>,
+}
+
+impl ImageMemory {
+    fn remember(&mut self, identity: u128, digest: u64) {
+        if self.half == 0 {
+            return;
+        }
+        self.new.insert(identity, digest);
+        if self.new.len() >= self.half {
+            self.old = std::mem::take(&mut self.new);
+        }
+    }
+    fn get(&self, identity: u128) -> Option<u64> {
+        self.new
+            .get(&identity)
+            .or_else(|| self.old.get(&identity))
+            .copied()
+    }
+}
+
+/// Fixed-seed hashers: identities and digests are the same on every run.
+fn hasher(seed: u64) -> ahash::AHasher {
+    ahash::RandomState::with_seeds(
+        seed,
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+    )
+    .build_hasher()
+}
+
+fn hash128(parts: &dyn Fn(&mut dyn Hasher)) -> u128 {
+    let mut a = hasher(1);
+    parts(&mut a);
+    let mut b = hasher(2);
+    parts(&mut b);
+    ((a.finish() as u128) << 64) | b.finish() as u128
+}
+
+/// Per topic-partition replay mark (`_partition_marks`).
+struct Mark {
+    key: SortKey,
+    seen: Vec<(u8, Box<[u8]>)>,
+}
+
+pub struct Core {
+    pub config: Config,
+    pub counters: Counters,
+    pub interner: Interner,
+    pub topics: Vec<Arc<str>>,
+    topic_index: hashbrown::HashMap<Arc<str>, u32>,
+    /// (topic id, partition) per tp id
+    pub tps: Vec<(u32, i32)>,
+    tp_index: hashbrown::HashMap<(u32, i32), u32>,
+    incremental: u32,
+    // replay dedupe
+    marks: hashbrown::HashMap<u32, Mark>,
+    recent: BoundedSet,
+    images: ImageMemory,
+    pending_ids: hashbrown::HashSet<u128>,
+    // ordering
+    commit_marks: hashbrown::HashMap<u32, LsnKey>,
+    idle: hashbrown::HashSet<u32>,
+    watermark: Option<LsnKey>,
+    groups: hashbrown::HashMap<GroupKey, Vec<Event>>,
+    heap: BinaryHeap<Reverse<GroupKey>>,
+    released_upto: Option<GroupKey>,
+    tx_expected: hashbrown::HashMap<LsnKey, i64>,
+    commits: hashbrown::HashMap<LsnKey, [i64; 2]>,
+    // output
+    pub out: Vec<u8>,
+    pub out_records: usize,
+    /// Byte offsets of each record line in `out` (for the Arrow view).
+    pub line_ends: Vec<usize>,
+    /// Per record line: the spans in `out` of the JSON tokens of op, table_id, seq, commit_ts,
+    /// key and event_id (for the Arrow view).
+    pub spans: Vec<[(u32, u32); 6]>,
+    current: [(u32, u32); 6],
+}
+
+const OPS: [(u8, &[u8]); 5] = [
+    (b'c', b"insert"),
+    (b'u', b"update"),
+    (b'd', b"delete"),
+    (b'r', b"read"),
+    (b't', b"truncate"),
+];
+
+fn op_name(op: u8) -> &'static [u8] {
+    OPS.iter()
+        .find(|(o, _)| *o == op)
+        .map(|(_, n)| *n)
+        .unwrap_or(b"insert")
+}
+
+#[inline]
+fn op_rank(op: u8) -> u8 {
+    if op == b'd' {
+        0
+    } else {
+        1
+    }
+}
+
+impl Core {
+    pub fn new(config: Config) -> Self {
+        let capacity = config.dedupe_capacity;
+        let half = if capacity > 0 {
+            (capacity / 2).max(1)
+        } else {
+            0
+        };
+        let mut interner = Interner::default();
+        let incremental = interner.snapshot("incremental");
+        Core {
+            config,
+            counters: Counters::default(),
+            interner,
+            topics: Vec::new(),
+            topic_index: Default::default(),
+            tps: Vec::new(),
+            tp_index: Default::default(),
+            incremental,
+            marks: Default::default(),
+            recent: BoundedSet {
+                capacity,
+                members: Default::default(),
+                order: VecDeque::new(),
+            },
+            images: ImageMemory {
+                half,
+                new: Default::default(),
+                old: Default::default(),
+            },
+            pending_ids: Default::default(),
+            commit_marks: Default::default(),
+            idle: Default::default(),
+            watermark: None,
+            groups: Default::default(),
+            heap: BinaryHeap::new(),
+            released_upto: None,
+            tx_expected: Default::default(),
+            commits: Default::default(),
+            out: Vec::new(),
+            out_records: 0,
+            line_ends: Vec::new(),
+            spans: Vec::new(),
+            current: [(0, 0); 6],
+        }
+    }
+
+    pub fn topic(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.topic_index.get(name) {
+            return i;
+        }
+        let i = self.topics.len() as u32;
+        let arc: Arc<str> = name.into();
+        self.topics.push(arc.clone());
+        self.topic_index.insert(arc, i);
+        i
+    }
+
+    pub fn tp(&mut self, topic: u32, partition: i32) -> u32 {
+        if let Some(&i) = self.tp_index.get(&(topic, partition)) {
+            return i;
+        }
+        let i = self.tps.len() as u32;
+        self.tps.push((topic, partition));
+        self.tp_index.insert((topic, partition), i);
+        i
+    }
+
+    // -- partitions -----------------------------------------------------------------------
+    pub fn expect(&mut self, tp: u32) {
+        if let hashbrown::hash_map::Entry::Vacant(e) = self.commit_marks.entry(tp) {
+            e.insert(0);
+            self.watermark = None;
+        }
+    }
+
+    pub fn mark_idle(&mut self, tp: u32) {
+        self.idle.insert(tp);
+        self.watermark = None;
+        self.release_ready();
+    }
+
+    /// A TX END with its complete event count (`Translator._side`).
+    pub fn tx_end(&mut self, commit: LsnKey, event_count: i64) {
+        if self.commits.contains_key(&commit) {
+            self.tx_expected.insert(commit, event_count);
+            self.release_ready();
+        }
+    }
+
+    fn sort_key(e: &Event) -> SortKey {
+        (lsn_key(&e.commit), lsn_key(&e.change), e.sort_serial())
+    }
+
+    /// The image digest of `_replayed` / `_ImageMemory` (members sorted by name, as the
+    /// reference's sorted msgspec encoding of `(before, after, unavailable)`).
+    fn image_digest(e: &Event) -> u64 {
+        let mut h = hasher(3);
+        for image in [&e.before, &e.after] {
+            match image {
+                None => h.write_u8(0),
+                Some(img) => {
+                    h.write_u8(1);
+                    // order-independent (the reference sorts the keys): a sum of member hashes
+                    let mut sum = 0u64;
+                    for m in e.members_of(img) {
+                        let mut mh = hasher(4);
+                        mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
+                        mh.write_u8(0xff);
+                        mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
+                        sum = sum.wrapping_add(mh.finish());
+                    }
+                    h.write_u64(sum);
+                    h.write_usize(img.members.1 as usize - img.members.0 as usize);
+                }
+            }
+        }
+        e.unavailable.hash(&mut h);
+        h.finish()
+    }
+
+    fn identity(&self, e: &Event, snapshot: bool, sk: SortKey) -> u128 {
+        let key = e.key_bytes();
+        let table = e.table;
+        let op = e.op;
+        if snapshot {
+            hash128(&|h| {
+                h.write_u8(b'r');
+                h.write_u32(table);
+                h.write(key);
+                h.write_u128(sk.0);
+            })
+        } else {
+            hash128(&|h| {
+                h.write_u8(b's');
+                h.write_u32(table);
+                h.write_u128(sk.0);
+                h.write_u128(sk.1);
+                h.write_i64(sk.2);
+                h.write_u8(op);
+                h.write(key);
+            })
+        }
+    }
+
+    /// `Translator._accept`. Returns the message of a replay-mismatch dead letter.
+    pub fn accept(&mut self, e: Event) -> Option<String> {
+        let tp = e.origin.tp;
+        let sk = Self::sort_key(&e);
+        let snapshot = e.is_snapshot_identity(self.incremental);
+        let identity = self.identity(&e, snapshot, sk);
+        let mut tracked = false;
+        if snapshot {
+            tracked = true;
+        } else {
+            let local_key = e.key_bytes();
+            match self.marks.get_mut(&tp) {
+                Some(mark) if sk <= mark.key => {
+                    if sk < mark.key
+                        || mark
+                            .seen
+                            .iter()
+                            .any(|(o, k)| *o == e.op && **k == *local_key)
+                    {
+                        return self.replayed(&e, identity);
+                    }
+                    mark.seen.push((e.op, local_key.into()));
+                }
+                _ => {
+                    self.marks.insert(
+                        tp,
+                        Mark {
+                            key: sk,
+                            seen: vec![(e.op, local_key.into())],
+                        },
+                    );
+                }
+            }
+            if local_key == b"{}" {
+                tracked = true;
+            }
+        }
+        if tracked {
+            if self.recent.contains(identity) || self.pending_ids.contains(&identity) {
+                return self.replayed(&e, identity);
+            }
+            self.recent.add(identity);
+        }
+        self.images.remember(identity, Self::image_digest(&e));
+        let (commit, change) = (sk.0, sk.1);
+        // watermark bookkeeping
+        let previous = self.commit_marks.get(&tp).copied();
+        if previous.is_none() || commit > previous.unwrap_or(0) {
+            self.commit_marks.insert(tp, commit);
+            if previous.is_none() || previous == self.watermark || self.idle.contains(&tp) {
+                self.watermark = None;
+            }
+        }
+        if !self.idle.is_empty() {
+            self.idle.remove(&tp);
+        }
+        if let Some(upto) = &self.released_upto {
+            if commit < upto.0 || (commit == upto.0 && change <= upto.1) {
+                self.counters.late += 1;
+                self.emit_group(vec![e]);
+                return None;
+            }
+        }
+        let table_id = self.interner.tables[e.table as usize].table_id.clone();
+        let group_key: GroupKey = (commit, change, table_id);
+        match self.groups.get_mut(&group_key) {
+            Some(group) => group.push(e),
+            None => {
+                self.heap.push(Reverse(group_key.clone()));
+                self.groups.insert(group_key, vec![e]);
+            }
+        }
+        if tracked {
+            self.pending_ids.insert(identity);
+        }
+        self.counters.pending += 1;
+        let counts = self.commits.entry(commit).or_insert([0, 0]);
+        counts[0] += 1;
+        counts[1] += 1;
+        let head = self.heap.peek().map(|r| r.0 .0).unwrap_or(TOP);
+        match self.watermark {
+            Some(w)
+                if head >= w
+                    && self.tx_expected.is_empty()
+                    && self.counters.pending <= self.config.max_pending => {}
+            _ => self.release_ready(),
+        }
+        None
+    }
+
+    fn replayed(&mut self, e: &Event, identity: u128) -> Option<String> {
+        let Some(original) = self.images.get(identity) else {
+            self.counters.duplicates += 1;
+            return None;
+        };
+        let digest = Self::image_digest(e);
+        if digest == original {
+            self.counters.duplicates += 1;
+            return None;
+        }
+        self.counters.dead_letters += 1;
+        self.counters.replay_mismatches += 1;
+        let table_id = &self.interner.tables[e.table as usize].table_id;
+        let key_text = String::from_utf8_lossy(e.key_bytes());
+        let key_short: String = key_text.chars().take(200).collect();
+        let seq = String::from_utf8_lossy(&e.seq_string()).into_owned();
+        Some(format!(
+            "replay of {table_id} '{}' key {key_short} at {seq} has images that differ from the \
+             event already translated (image hash {digest:016x}, original {original:016x}); \
+             Debezium replays differ only in the envelope ts_ms and the Kafka offsets",
+            e.op as char
+        ))
+    }
+
+    fn current_watermark(&mut self) -> LsnKey {
+        if let Some(w) = self.watermark {
+            return w;
+        }
+        let w = self
+            .commit_marks
+            .iter()
+            .filter(|(tp, _)| !self.idle.contains(*tp))
+            .map(|(_, c)| *c)
+            .min()
+            .unwrap_or(TOP);
+        self.watermark = Some(w);
+        w
+    }
+
+    fn release_ready(&mut self) {
+        if self.heap.is_empty() {
+            return;
+        }
+        let watermark = self.current_watermark();
+        while let Some(Reverse(head)) = self.heap.peek() {
+            let commit = head.0;
+            let complete = !self.tx_expected.is_empty()
+                && self.tx_expected.get(&commit).is_some_and(|&expected| {
+                    self.commits.get(&commit).is_some_and(|c| c[0] >= expected)
+                });
+            if commit < watermark || complete {
+            } else if self.counters.pending > self.config.max_pending {
+                let forced = self.groups.get(head).map(|g| g.len()).unwrap_or(0) as i64;
+                self.counters.released_by_pressure += forced;
+            } else {
+                break;
+            }
+            let Some(Reverse(key)) = self.heap.pop() else {
+                break;
+            };
+            self.release_group(key);
+        }
+    }
+
+    fn release_group(&mut self, key: GroupKey) {
+        let events = self.groups.remove(&key).unwrap_or_default();
+        let n = events.len() as i64;
+        self.counters.pending -= n;
+        if !self.pending_ids.is_empty() {
+            for e in &events {
+                let snapshot = e.is_snapshot_identity(self.incremental);
+                if e.key_bytes() == b"{}" || snapshot {
+                    let id = self.identity(e, snapshot, Self::sort_key(e));
+                    self.pending_ids.remove(&id);
+                }
+            }
+        }
+        let commit = key.0;
+        self.released_upto = Some(key);
+        if let Some(counts) = self.commits.get_mut(&commit) {
+            if counts[1] > n {
+                counts[1] -= n;
+            } else {
+                self.commits.remove(&commit);
+                if !self.tx_expected.is_empty() {
+                    self.tx_expected.remove(&commit);
+                }
+            }
+        }
+        self.emit(events);
+    }
+
+    /// End of input: release everything.
+    pub fn flush(&mut self) {
+        while let Some(Reverse(key)) = self.heap.pop() {
+            self.release_group(key);
+        }
+    }
+
+    // -- pairing and output ------------------------------------------------------------------
+    pub fn emit(&mut self, mut events: Vec<Event>) {
+        if events.len() == 1 {
+            self.counters.changes_out += 1;
+            let e = events.pop().unwrap_or_else(unreachable_event);
+            self.write_single(&e);
+        } else {
+            self.emit_group(events);
+        }
+    }
+
+    pub fn emit_each(&mut self, events: Vec<Event>) {
+        self.counters.changes_out += events.len() as i64;
+        for e in &events {
+            self.write_single(e);
+        }
+    }
+
+    fn emit_group(&mut self, events: Vec<Event>) {
+        // (serial, rank, key) and what to write: a single event or a merged pair
+        enum Out {
+            Single(usize),
+            Pair(usize, usize),
+        }
+        type Ranked = ((i64, u8, Vec<u8>), Out);
+        let mut outputs: Vec<Ranked> = Vec::with_capacity(events.len());
+        let mut used = vec![false; events.len()];
+        if self.config.pair_key_changes && events.len() > 1 {
+            let deletes: Vec<usize> = (0..events.len())
+                .filter(|&i| events[i].op == b'd')
+                .collect();
+            let creates: Vec<usize> = (0..events.len())
+                .filter(|&i| events[i].op == b'c')
+                .collect();
+            if !deletes.is_empty() && !creates.is_empty() {
+                let mut pairs: Vec<(usize, usize)> = Vec::new();
+                // creates_by_key: the last create with a key wins
+                let create_for = |key: &[u8]| {
+                    creates
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|&c| events[c].key_bytes() == key)
+                };
+                for &d in &deletes {
+                    if let Some(c) = create_for(events[d].key_bytes()) {
+                        if !used[c] {
+                            pairs.push((d, c));
+                            used[d] = true;
+                            used[c] = true;
+                        }
+                    }
+                }
+                let left_d: Vec<usize> = deletes.iter().copied().filter(|&d| !used[d]).collect();
+                let left_c: Vec<usize> = creates.iter().copied().filter(|&c| !used[c]).collect();
+                if left_d.len() == 1 && left_c.len() == 1 {
+                    pairs.push((left_d[0], left_c[0]));
+                    used[left_d[0]] = true;
+                    used[left_c[0]] = true;
+                } else {
+                    for &d in &left_d {
+                        for &c in &left_c {
+                            if !used[c]
+                                && events[d].partner_key.as_deref() == Some(events[c].key_bytes())
+                                && events[c].partner_key.as_deref() == Some(events[d].key_bytes())
+                            {
+                                pairs.push((d, c));
+                                used[d] = true;
+                                used[c] = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+                for (d, c) in pairs {
+                    if events[d].key_bytes() != events[c].key_bytes() {
+                        self.counters.key_changes_paired += 1;
+                    }
+                    self.counters.merged += 1;
+                    let c_ev = &events[c];
+                    outputs.push((
+                        (c_ev.sort_serial(), 1, c_ev.key_bytes().to_vec()),
+                        Out::Pair(d, c),
+                    ));
+                }
+            }
+        }
+        for (i, e) in events.iter().enumerate() {
+            if !used[i] {
+                outputs.push((
+                    (e.sort_serial(), op_rank(e.op), e.key_bytes().to_vec()),
+                    Out::Single(i),
+                ));
+            }
+        }
+        if outputs.len() > 1 {
+            outputs.sort_by(|a, b| a.0.cmp(&b.0)); // stable, as Python's sort
+        }
+        self.counters.changes_out += outputs.len() as i64;
+        for (_, out) in outputs {
+            match out {
+                Out::Single(i) => self.write_single(&events[i]),
+                Out::Pair(d, c) => self.write_merged(&events[d], &events[c]),
+            }
+        }
+    }
+
+    fn identity_bytes(&self, e: &Event, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.interner.tables[e.table as usize].table_id.as_bytes());
+        out.push(0);
+        e.write_seq(out);
+        out.push(0);
+        out.push(e.op);
+        out.push(0);
+        out.extend_from_slice(e.key_bytes());
+    }
+
+    fn write_event_id(&self, parts: &[&Event], out: &mut Vec<u8>) {
+        let mut ident = Vec::with_capacity(128);
+        for (i, e) in parts.iter().enumerate() {
+            if i > 0 {
+                ident.push(1);
+            }
+            self.identity_bytes(e, &mut ident);
+        }
+        let mut hasher = blake2::Blake2bVar::new(16).unwrap_or_else(|_| unreachable_hasher());
+        hasher.update(&ident);
+        let mut digest = [0u8; 16];
+        if hasher.finalize_variable(&mut digest).is_err() {
+            digest = [0u8; 16];
+        }
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.push(b'"');
+        for b in digest {
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        }
+        out.push(b'"');
+    }
+
+    fn write_single(&mut self, e: &Event) {
+        let mut out = std::mem::take(&mut self.out);
+        let op = op_name(e.op);
+        out.extend_from_slice(b"{\"op\":");
+        let at = out.len();
+        out.push(b'"');
+        out.extend_from_slice(op);
+        self.current[0] = (at as u32, out.len() as u32 + 1);
+        self.write_common_head(e, &mut out);
+        out.extend_from_slice(b",\"key\":");
+        let at = out.len();
+        out.extend_from_slice(e.key_bytes());
+        self.current[4] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"old_key\":null,\"key_changed\":false,\"before\":");
+        write_image(&mut out, e, &e.before);
+        out.extend_from_slice(b",\"after\":");
+        write_image(&mut out, e, &e.after);
+        out.extend_from_slice(b",\"changed_columns\":[");
+        let unavailable = &e.unavailable;
+        match e.op {
+            b'u' => changed(
+                &mut out,
+                e,
+                e.before.as_ref(),
+                e,
+                e.after.as_ref(),
+                unavailable,
+                e.column_order.as_deref(),
+            ),
+            b't' => {}
+            _ => {
+                let image = if e.op == b'd' {
+                    e.before.as_ref()
+                } else {
+                    e.after.as_ref()
+                };
+                columns(&mut out, e, image, e.column_order.as_deref(), unavailable);
+            }
+        }
+        out.extend_from_slice(b"],\"unavailable_columns\":[");
+        write_names(&mut out, unavailable);
+        out.push(b']');
+        self.write_tail(e, &[e], &mut out);
+        self.out = out;
+    }
+
+    fn write_merged(&mut self, d: &Event, c: &Event) {
+        let mut out = std::mem::take(&mut self.out);
+        let key_changed = d.key_bytes() != c.key_bytes();
+        let mut unavailable: Vec<Box<str>> = d.unavailable.clone();
+        for u in &c.unavailable {
+            if !d.unavailable.contains(u) {
+                unavailable.push(u.clone());
+            }
+        }
+        out.extend_from_slice(b"{\"op\":");
+        let at = out.len();
+        out.extend_from_slice(b"\"update");
+        self.current[0] = (at as u32, out.len() as u32 + 1);
+        self.write_common_head(c, &mut out);
+        out.extend_from_slice(b",\"key\":");
+        let at = out.len();
+        out.extend_from_slice(c.key_bytes());
+        self.current[4] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"old_key\":");
+        if key_changed {
+            out.extend_from_slice(d.key_bytes());
+            out.extend_from_slice(b",\"key_changed\":true");
+        } else {
+            out.extend_from_slice(b"null,\"key_changed\":false");
+        }
+        out.extend_from_slice(b",\"before\":");
+        write_image(&mut out, d, &d.before);
+        out.extend_from_slice(b",\"after\":");
+        write_image(&mut out, c, &c.after);
+        out.extend_from_slice(b",\"changed_columns\":[");
+        changed(
+            &mut out,
+            d,
+            d.before.as_ref(),
+            c,
+            c.after.as_ref(),
+            &unavailable,
+            c.column_order.as_deref(),
+        );
+        out.extend_from_slice(b"],\"unavailable_columns\":[");
+        write_names(&mut out, &unavailable);
+        out.push(b']');
+        self.write_tail(c, &[d, c], &mut out);
+        self.out = out;
+    }
+
+    fn write_common_head(&mut self, e: &Event, out: &mut Vec<u8>) {
+        let table = &self.interner.tables[e.table as usize];
+        out.extend_from_slice(b"\",\"table\":");
+        out.extend_from_slice(&table.json);
+        out.extend_from_slice(b",\"table_id\":");
+        let at = out.len();
+        jsonw::write_str(out, &table.table_id);
+        self.current[1] = (at as u32, out.len() as u32);
+    }
+
+    fn write_tail(&mut self, e: &Event, lineage: &[&Event], out: &mut Vec<u8>) {
+        out.extend_from_slice(b",\"position\":{\"commit_lsn\":");
+        match &e.position_text {
+            Some(texts) => {
+                jsonw::write_opt_str(out, texts.0.as_deref());
+                out.extend_from_slice(b",\"change_lsn\":");
+                jsonw::write_opt_str(out, texts.1.as_deref());
+            }
+            None => {
+                write_lsn(out, &e.commit);
+                out.extend_from_slice(b",\"change_lsn\":");
+                write_lsn(out, &e.change);
+            }
+        }
+        out.extend_from_slice(b",\"event_serial_no\":");
+        jsonw::write_opt_i64(out, e.serial);
+        out.extend_from_slice(b"},\"seq\":");
+        let at = out.len();
+        out.push(b'"');
+        e.write_seq(out);
+        out.push(b'"');
+        self.current[2] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"commit_ts\":");
+        let at = out.len();
+        write_iso_ms(out, e.source_ts_ms);
+        self.current[3] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"capture_ts\":");
+        write_iso_ms(out, e.ts_ms);
+        out.extend_from_slice(b",\"tx\":");
+        match &e.tx {
+            None => out.extend_from_slice(b"null"),
+            Some(tx) => {
+                out.extend_from_slice(b"{\"id\":");
+                jsonw::write_str(out, &tx.id);
+                out.extend_from_slice(b",\"total_order\":");
+                jsonw::write_opt_i64(out, tx.total_order);
+                out.extend_from_slice(b",\"data_collection_order\":");
+                jsonw::write_opt_i64(out, tx.data_collection_order);
+                if let Some(begin) = &tx.begin_lsn {
+                    out.extend_from_slice(b",\"begin_lsn\":");
+                    jsonw::write_str(out, begin);
+                }
+                out.push(b'}');
+            }
+        }
+        out.extend_from_slice(b",\"snapshot\":");
+        jsonw::write_str(out, &self.interner.snapshots[e.snapshot as usize]);
+        out.extend_from_slice(b",\"source\":");
+        out.extend_from_slice(&self.interner.sources[e.source as usize]);
+        out.extend_from_slice(b",\"lineage\":[");
+        for (i, l) in lineage.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"topic\":");
+            jsonw::write_str(out, &self.topics[l.origin.topic as usize]);
+            out.extend_from_slice(b",\"partition\":");
+            jsonw::write_i64(out, l.origin.partition as i64);
+            out.extend_from_slice(b",\"offset\":");
+            jsonw::write_opt_i64(out, l.origin.offset);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"],\"event_id\":");
+        let at = out.len();
+        self.write_event_id(lineage, out);
+        self.current[5] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"format_version\":1}\n");
+        self.out_records += 1;
+        self.line_ends.push(out.len());
+        self.spans.push(self.current);
+    }
+
+    /// Take the JSON lines written so far.
+    pub fn take_output(&mut self) -> (Vec<u8>, usize) {
+        let n = self.out_records;
+        self.out_records = 0;
+        self.line_ends.clear();
+        self.spans.clear();
+        let capacity = self.out.capacity();
+        (
+            std::mem::replace(&mut self.out, Vec::with_capacity(capacity)),
+            n,
+        )
+    }
+
+    pub fn state_size(&self) -> [(&'static str, i64); 6] {
+        [
+            ("pending_events", self.counters.pending),
+            ("pending_groups", self.groups.len() as i64),
+            ("partition_marks", self.marks.len() as i64),
+            ("recent_identities", self.recent.members.len() as i64),
+            (
+                "image_digests",
+                (self.images.new.len() + self.images.old.len()) as i64,
+            ),
+            ("open_transactions", self.tx_expected.len() as i64),
+        ]
+    }
+}
+
+#[cold]
+fn unreachable_event() -> Event {
+    // `emit` is only called with one event here; never reached
+    Event {
+        origin: crate::event::Origin {
+            topic: 0,
+            partition: 0,
+            offset: None,
+            tp: 0,
+        },
+        table: 0,
+        op: b'c',
+        buf: b"{}".to_vec(),
+        key: (0, 2),
+        before: None,
+        after: None,
+        members: Vec::new(),
+        unavailable: Vec::new(),
+        commit: None,
+        change: None,
+        serial: None,
+        position_text: None,
+        source_ts_ms: None,
+        ts_ms: None,
+        snapshot: 0,
+        tx: None,
+        source: 0,
+        column_order: None,
+        partner_key: None,
+        seq: None,
+    }
+}
+
+#[cold]
+fn unreachable_hasher() -> blake2::Blake2bVar {
+    // 16 is a valid BLAKE2b output size; kept total without a panic
+    match blake2::Blake2bVar::new(32) {
+        Ok(h) => h,
+        Err(_) => std::process::abort(),
+    }
+}
+
+fn write_lsn(out: &mut Vec<u8>, lsn: &crate::lsn::Lsn) {
+    match lsn {
+        None => out.extend_from_slice(b"null"),
+        Some(b) => {
+            out.push(b'"');
+            crate::lsn::format(b, out);
+            out.push(b'"');
+        }
+    }
+}
+
+fn write_image(out: &mut Vec<u8>, e: &Event, image: &Option<Image>) {
+    match image {
+        None => out.extend_from_slice(b"null"),
+        Some(img) => out.extend_from_slice(e.image_bytes(img)),
+    }
+}
+
+fn write_names(out: &mut Vec<u8>, names: &[Box<str>]) {
+    for (i, n) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        jsonw::write_str(out, n);
+    }
+}
+
+/// Escaped (JSON body) form of a name, as member names are kept.
+fn escaped(name: &str) -> std::borrow::Cow<'_, [u8]> {
+    if jsonw::needs_escape(name.as_bytes()) {
+        let mut v = Vec::new();
+        jsonw::write_str_body(&mut v, name.as_bytes());
+        std::borrow::Cow::Owned(v)
+    } else {
+        std::borrow::Cow::Borrowed(name.as_bytes())
+    }
+}
+
+fn is_unavailable(unavailable: &[Box<str>], escaped_name: &[u8]) -> bool {
+    unavailable.iter().any(|u| *escaped(u) == *escaped_name)
+}
+
+fn find_member<'a>(e: &'a Event, image: &Image, name: &[u8], hint: usize) -> Option<&'a [u8]> {
+    let buf = &e.buf;
+    if let Some(m) = e.members_of(image).get(hint) {
+        if &buf[m.name.0 as usize..m.name.1 as usize] == name {
+            return Some(&buf[m.value.0 as usize..m.value.1 as usize]);
+        }
+    }
+    crate::event::member_value(e, image, name)
+}
+
+fn push_name(out: &mut Vec<u8>, first: &mut bool, escaped_name: &[u8]) {
+    if !*first {
+        out.push(b',');
+    }
+    *first = false;
+    out.push(b'"');
+    out.extend_from_slice(escaped_name);
+    out.push(b'"');
+}
+
+/// `_columns(image, order)` minus the unavailable ones.
+fn columns(
+    out: &mut Vec<u8>,
+    e: &Event,
+    image: Option<&Image>,
+    order: Option<&[String]>,
+    unavailable: &[Box<str>],
+) {
+    let Some(image) = image else { return };
+    let mut first = true;
+    match order {
+        Some(order) if order.len() == e.members_of(image).len() => {
+            for name in order {
+                let esc = escaped(name);
+                if unavailable.is_empty() || !is_unavailable(unavailable, &esc) {
+                    push_name(out, &mut first, &esc);
+                }
+            }
+        }
+        _ => {
+            for m in e.members_of(image) {
+                let name = &e.buf[m.name.0 as usize..m.name.1 as usize];
+                if unavailable.is_empty() || !is_unavailable(unavailable, name) {
+                    push_name(out, &mut first, name);
+                }
+            }
+        }
+    }
+}
+
+/// `_changed(before, after, unavailable, order)`.
+fn changed(
+    out: &mut Vec<u8>,
+    be: &Event,
+    before: Option<&Image>,
+    ae: &Event,
+    after: Option<&Image>,
+    unavailable: &[Box<str>],
+    order: Option<&[String]>,
+) {
+    let Some(before) = before else {
+        columns(out, ae, after, order, unavailable);
+        return;
+    };
+    let Some(after) = after else {
+        columns(out, be, Some(before), order, &[]);
+        return;
+    };
+    let mut first = true;
+    let differs = |name: &[u8], hint: usize| -> bool {
+        let a = find_member(be, before, name, hint);
+        let b = find_member(ae, after, name, hint);
+        match (a, b) {
+            (None, None) => false,
+            (Some(x), Some(y)) => !value::py_eq(x, y),
+            _ => true,
+        }
+    };
+    match order {
+        Some(order) => {
+            for (i, name) in order.iter().enumerate() {
+                let esc = escaped(name);
+                if !unavailable.is_empty() && is_unavailable(unavailable, &esc) {
+                    continue;
+                }
+                if differs(&esc, i) {
+                    push_name(out, &mut first, &esc);
+                }
+            }
+        }
+        None => {
+            for (i, m) in ae.members_of(after).iter().enumerate() {
+                let name = &ae.buf[m.name.0 as usize..m.name.1 as usize];
+                if !unavailable.is_empty() && is_unavailable(unavailable, name) {
+                    continue;
+                }
+                if differs(name, i) {
+                    push_name(out, &mut first, name);
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The text of the last second written (`"YYYY-MM-DDTHH:MM:SS.`), as the reference caches
+    /// its per-second texts.
+    static LAST_SECOND: std::cell::RefCell<(i64, Vec<u8>)> = const { std::cell::RefCell::new((i64::MIN, Vec::new())) };
+}
+
+/// `iso_ms` (see [`write_iso_ms_uncached`]) through a one-entry cache of the second's text.
+pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
+    let Some(v) = ms else {
+        out.extend_from_slice(b"null");
+        return;
+    };
+    let seconds = v.div_euclid(1000);
+    let millis = v.rem_euclid(1000);
+    let hit = LAST_SECOND.with(|cell| {
+        let cell = cell.borrow();
+        if cell.0 == seconds {
+            out.extend_from_slice(&cell.1);
+            true
+        } else {
+            false
+        }
+    });
+    if !hit {
+        let start = out.len();
+        write_iso_ms_uncached(out, ms);
+        if out.len() - start != 4 {
+            // keep `"…SS.` (the text without the milliseconds and the closing `Z"`)
+            let text = out[start..out.len() - 5].to_vec();
+            LAST_SECOND.with(|cell| *cell.borrow_mut() = (seconds, text));
+        }
+        return;
+    }
+    out.push(b'0' + (millis / 100) as u8);
+    out.push(b'0' + (millis / 10 % 10) as u8);
+    out.push(b'0' + (millis % 10) as u8);
+    out.extend_from_slice(b"Z\"");
+}
+
+/// `iso_ms`: epoch ms as `YYYY-MM-DDTHH:MM:SS.mmmZ` (`null` out of range). The year is not
+/// zero-padded below 1000, as CPython's `strftime("%Y")` on glibc writes it.
+pub fn write_iso_ms_uncached(out: &mut Vec<u8>, ms: Option<i64>) {
+    let Some(ms) = ms else {
+        out.extend_from_slice(b"null");
+        return;
+    };
+    let seconds = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    if !(-62_135_596_800..=253_402_300_799).contains(&seconds) {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    let days = seconds.div_euclid(86_400);
+    let secs = seconds.rem_euclid(86_400);
+    let mut date = Vec::with_capacity(12);
+    if crate::schema::write_date(days, &mut date).is_err() {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    // strip the year's zero padding
+    let year_end = date.iter().position(|&b| b == b'-').unwrap_or(4);
+    let lead = date[..year_end - 1]
+        .iter()
+        .take_while(|&&b| b == b'0')
+        .count();
+    out.push(b'"');
+    out.extend_from_slice(&date[lead..]);
+    out.push(b'T');
+    let two = |out: &mut Vec<u8>, v: i64| {
+        out.push(b'0' + (v / 10) as u8);
+        out.push(b'0' + (v % 10) as u8);
+    };
+    two(out, secs / 3600);
+    out.push(b':');
+    two(out, secs / 60 % 60);
+    out.push(b':');
+    two(out, secs % 60);
+    out.push(b'.');
+    out.push(b'0' + (millis / 100) as u8);
+    out.push(b'0' + (millis / 10 % 10) as u8);
+    out.push(b'0' + (millis % 10) as u8);
+    out.extend_from_slice(b"Z\"");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso() {
+        let mut out = Vec::new();
+        write_iso_ms(&mut out, Some(1_559_033_904_863));
+        assert_eq!(out, b"\"2019-05-28T08:58:24.863Z\"");
+        out.clear();
+        write_iso_ms(&mut out, Some(-62_135_596_800_000));
+        assert_eq!(out, b"\"1-01-01T00:00:00.000Z\"");
+        out.clear();
+        write_iso_ms(&mut out, Some(-1));
+        assert_eq!(out, b"\"1969-12-31T23:59:59.999Z\"");
+    }
+
+    #[test]
+    fn lsn_keys_order_like_bytes() {
+        let a = lsn_key(&Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
+        let b = lsn_key(&Some([0, 0, 0, 0, 0, 0, 0, 0, 1, 0]));
+        assert!(0 < a && a < b && b < TOP);
+    }
+}

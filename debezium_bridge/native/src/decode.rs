@@ -1,0 +1,581 @@
+//! Debezium JsonConverter values and keys (with and without schema) → [`Event`].
+//!
+//! The rules are those of `formats/debezium/decode.py` and `envelope.py`; whatever this module
+//! does not decode exactly like them is a [`Decline`], and the record goes to the Python
+//! decoder (CloudEvents, CES, Avro-JSON wrappers, side records, `op=m`, string serials, bad
+//! input of every kind: the reference writes those dead letters).
+
+use crate::event::{Event, Image, Origin, Tx};
+use crate::lsn;
+use crate::parse::RowMode;
+use crate::schema::{Options, Table};
+use crate::value::{Decline, Result};
+use serde::Deserialize;
+use sonic_rs::{JsonValueTrait, LazyValue};
+use std::sync::Arc;
+
+const TS_MIN: i64 = -62_135_596_800_000;
+const TS_END: i64 = 253_402_300_800_000;
+
+#[derive(Deserialize)]
+struct WithSchema<'a> {
+    #[serde(borrow, default)]
+    schema: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    payload: Option<LazyValue<'a>>,
+}
+
+/// How one row image is decoded: a compiled table version, or schema-less.
+#[derive(Clone)]
+pub enum Rows {
+    Schemaless,
+    Table(Arc<Table>),
+}
+
+/// Interning of tables, sources and snapshot markers (shared with the translator).
+#[derive(Default)]
+pub struct Interner {
+    pub tables: Vec<TableInfo>,
+    table_index: hashbrown::HashMap<(Option<String>, String, String), u32>,
+    pub sources: Vec<Vec<u8>>,
+    source_index: hashbrown::HashMap<SourceKey, u32>,
+    pub snapshots: Vec<String>,
+    snapshot_index: hashbrown::HashMap<String, u32>,
+    last_table: Option<(u32, Option<String>)>,
+    last_source: Option<(u32, SourceKey)>,
+}
+
+type SourceKey = (Option<String>, Option<String>, Option<String>);
+
+pub struct TableInfo {
+    pub table_id: Arc<str>,
+    /// `{"db":…,"schema":…,"name":…}`
+    pub json: Vec<u8>,
+    pub db: String,
+    pub schema: String,
+    pub name: String,
+}
+
+impl Interner {
+    pub fn table(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
+        if let Some((last, last_db)) = &self.last_table {
+            let info = &self.tables[*last as usize];
+            if info.name == name && info.schema == schema && last_db.as_deref() == db {
+                return *last;
+            }
+        }
+        let i = self.table_slow(db, schema, name);
+        self.last_table = Some((i, db.map(str::to_string)));
+        i
+    }
+
+    fn table_slow(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
+        if let Some(&i) =
+            self.table_index
+                .get(&(db.map(str::to_string), schema.to_string(), name.to_string()))
+        {
+            return i;
+        }
+        let dbs = db.unwrap_or("");
+        let mut json = Vec::new();
+        json.extend_from_slice(b"{\"db\":");
+        crate::jsonw::write_str(&mut json, dbs);
+        json.extend_from_slice(b",\"schema\":");
+        crate::jsonw::write_str(&mut json, schema);
+        json.extend_from_slice(b",\"name\":");
+        crate::jsonw::write_str(&mut json, name);
+        json.push(b'}');
+        let i = self.tables.len() as u32;
+        self.tables.push(TableInfo {
+            table_id: format!("{dbs}.{schema}.{name}").into(),
+            json,
+            db: dbs.to_string(),
+            schema: schema.to_string(),
+            name: name.to_string(),
+        });
+        self.table_index.insert(
+            (db.map(str::to_string), schema.to_string(), name.to_string()),
+            i,
+        );
+        i
+    }
+
+    pub fn source(
+        &mut self,
+        connector: Option<&str>,
+        name: Option<&str>,
+        version: Option<&str>,
+    ) -> u32 {
+        if let Some((i, key)) = &self.last_source {
+            if key.0.as_deref() == connector
+                && key.1.as_deref() == name
+                && key.2.as_deref() == version
+            {
+                return *i;
+            }
+        }
+        let i = self.source_slow(connector, name, version);
+        self.last_source = Some((
+            i,
+            (
+                connector.map(str::to_string),
+                name.map(str::to_string),
+                version.map(str::to_string),
+            ),
+        ));
+        i
+    }
+
+    fn source_slow(
+        &mut self,
+        connector: Option<&str>,
+        name: Option<&str>,
+        version: Option<&str>,
+    ) -> u32 {
+        let key = (
+            connector.map(str::to_string),
+            name.map(str::to_string),
+            version.map(str::to_string),
+        );
+        if let Some(&i) = self.source_index.get(&key) {
+            return i;
+        }
+        let mut json = Vec::new();
+        json.extend_from_slice(b"{\"connector\":");
+        crate::jsonw::write_opt_str(&mut json, connector);
+        json.extend_from_slice(b",\"name\":");
+        crate::jsonw::write_opt_str(&mut json, name);
+        json.extend_from_slice(b",\"version\":");
+        crate::jsonw::write_opt_str(&mut json, version);
+        json.push(b'}');
+        let i = self.sources.len() as u32;
+        self.sources.push(json);
+        self.source_index.insert(key, i);
+        i
+    }
+
+    pub fn snapshot(&mut self, marker: &str) -> u32 {
+        if let Some(&i) = self.snapshot_index.get(marker) {
+            return i;
+        }
+        let i = self.snapshots.len() as u32;
+        self.snapshots.push(marker.to_string());
+        self.snapshot_index.insert(marker.to_string(), i);
+        i
+    }
+}
+
+/// Decoding state: compiled schemas per prefix, settings.
+pub struct Decoder {
+    pub opts: Options,
+    value_prefixes: hashbrown::HashMap<u32, (Vec<u8>, Option<Rows>)>,
+    key_prefixes: hashbrown::HashMap<u32, (Vec<u8>, Option<Rows>)>,
+    compiled: hashbrown::HashMap<Vec<u8>, Option<Rows>>,
+    /// Schemas first seen (raw JSON), for the Python side's schema listeners.
+    pub new_schemas: Vec<String>,
+    pub report_schemas: bool,
+    /// Topics / `db.schema.table` names whose schema-less values have a table schema in Python
+    /// (those records are declined: the Python decoder applies the schema).
+    pub schema_file_names: hashbrown::HashSet<String>,
+}
+
+/// What the caller knows of the record besides key and value.
+pub struct Input<'a> {
+    pub topic: &'a str,
+    pub topic_id: u32,
+    pub partition: i32,
+    pub offset: Option<i64>,
+    pub tp: u32,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    pub has_headers: bool,
+    /// The last `__debezium.newkey` / `__debezium.oldkey` header: `None` absent,
+    /// `Some(None)` a null header.
+    pub newkey: Option<Option<&'a [u8]>>,
+    pub oldkey: Option<Option<&'a [u8]>>,
+}
+
+const WITH_SCHEMA: &[u8] = b"{\"schema\":";
+
+/// Nesting deeper than this is left to the reference (the parsers here recurse).
+const MAX_DEPTH: usize = 64;
+
+/// Whether the JSON text nests no deeper than [`MAX_DEPTH`]: a count of the brackets decides
+/// almost always; only text with many of them is scanned.
+fn shallow(text: &[u8]) -> bool {
+    nests_within(text, MAX_DEPTH)
+}
+
+/// Whether the JSON text nests no deeper than `max`.
+fn nests_within(text: &[u8], max: usize) -> bool {
+    if memchr::memchr2_iter(b'{', b'[', text).take(max + 1).count() <= max {
+        return true;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
+impl Decoder {
+    pub fn new(opts: Options) -> Self {
+        Decoder {
+            opts,
+            value_prefixes: Default::default(),
+            key_prefixes: Default::default(),
+            compiled: Default::default(),
+            new_schemas: Vec::new(),
+            report_schemas: false,
+            schema_file_names: Default::default(),
+        }
+    }
+
+    fn compile(&mut self, schema_raw: &str, key: bool) -> Option<Rows> {
+        let cache_key = {
+            let mut k = Vec::with_capacity(schema_raw.len() + 1);
+            k.push(key as u8);
+            k.extend_from_slice(schema_raw.as_bytes());
+            k
+        };
+        if let Some(found) = self.compiled.get(&cache_key) {
+            return found.clone();
+        }
+        let rows = if key {
+            match sonic_rs::from_str::<sonic_rs::Value>(schema_raw) {
+                Ok(v) if v.is_null() => Some(Rows::Schemaless),
+                Ok(v) => Table::from_connect(&v, &self.opts)
+                    .ok()
+                    .map(|t| Rows::Table(Arc::new(t))),
+                Err(_) => None,
+            }
+        } else {
+            match Table::from_envelope_schema(schema_raw, &self.opts) {
+                Ok(Some(t)) => Some(Rows::Table(Arc::new(t))),
+                Ok(None) => Some(Rows::Schemaless),
+                Err(_) => None,
+            }
+        };
+        if self.report_schemas && rows.is_some() && schema_raw != "null" {
+            self.new_schemas
+                .push(format!("{}{}", if key { "k" } else { "v" }, schema_raw));
+        }
+        if self.compiled.len() > 4096 {
+            self.compiled.clear();
+        }
+        self.compiled.insert(cache_key, rows.clone());
+        rows
+    }
+
+    /// `{"schema":S,"payload":P}`: the rows of `S` and the raw payload, the schema part
+    /// recognised by the topic's last prefix (parsed once per table version).
+    fn split<'v>(&mut self, topic_id: u32, value: &'v [u8], key: bool) -> Result<(Rows, &'v str)> {
+        let cache = if key {
+            &self.key_prefixes
+        } else {
+            &self.value_prefixes
+        };
+        if let Some((prefix, rows)) = cache.get(&topic_id) {
+            if value.len() > prefix.len()
+                && value.starts_with(prefix)
+                && value.last() == Some(&b'}')
+            {
+                let rows = rows.clone().ok_or(Decline)?;
+                // the prefix (the schema part) came from a value that nested within
+                // MAX_DEPTH; the payload sits one level inside the outer object, so only the
+                // payload is scanned (a schema part holds hundreds of brackets, which made
+                // every scan of the whole value a byte-by-byte one)
+                let body = &value[prefix.len()..value.len() - 1];
+                if !nests_within(body, MAX_DEPTH - 1) {
+                    return Err(Decline);
+                }
+                let payload = std::str::from_utf8(body).map_err(|_| Decline)?;
+                return Ok((
+                    rows,
+                    payload.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r'),
+                ));
+            }
+        }
+        if !shallow(value) {
+            return Err(Decline);
+        }
+        let text = std::str::from_utf8(value).map_err(|_| Decline)?;
+        let parts: WithSchema = sonic_rs::from_str(text).map_err(|_| Decline)?;
+        let schema_raw = parts
+            .schema
+            .as_ref()
+            .map(|s| s.as_raw_str())
+            .unwrap_or("null");
+        let payload_raw: &'v str = match parts.payload.as_ref() {
+            Some(p) => {
+                let raw = p.as_raw_str();
+                let start = raw.as_ptr() as usize - text.as_ptr() as usize;
+                &text[start..start + raw.len()]
+            }
+            None => "null",
+        };
+        let rows = self.compile(schema_raw, key);
+        // the prefix: everything before the payload when the payload closes the value
+        let payload_start = payload_raw.as_ptr() as usize - text.as_ptr() as usize;
+        if parts.payload.is_some()
+            && value.last() == Some(&b'}')
+            && payload_start + payload_raw.len() == value.len() - 1
+        {
+            let prefix = value[..payload_start].to_vec();
+            let cache = if key {
+                &mut self.key_prefixes
+            } else {
+                &mut self.value_prefixes
+            };
+            cache.insert(topic_id, (prefix, rows.clone()));
+        }
+        Ok((rows.ok_or(Decline)?, payload_raw))
+    }
+
+    fn mode(rows: &Rows) -> RowMode<'_> {
+        match rows {
+            Rows::Schemaless => RowMode::Schemaless,
+            Rows::Table(t) => RowMode::Table(t),
+        }
+    }
+
+    /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
+    /// null key.
+    fn key(&mut self, topic_id: u32, raw: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        if raw.first() == Some(&0) {
+            return Err(Decline); // Confluent Avro keys: see the Avro decoder
+        }
+        let (rows, payload) = if raw.starts_with(WITH_SCHEMA) {
+            self.split(topic_id, raw, true)? // (checks the nesting)
+        } else {
+            if !shallow(raw) {
+                return Err(Decline);
+            }
+            let text = std::str::from_utf8(raw).map_err(|_| Decline)?;
+            let text = text.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r');
+            if text == "null" {
+                return Ok(false);
+            }
+            // `{schema, payload}` in another order and Avro-JSON wrapped values (a nested
+            // object) are the reference's
+            if !text.starts_with('{') || text.contains("\"payload\"") || text.contains(":{") {
+                return Err(Decline);
+            }
+            (Rows::Schemaless, text)
+        };
+        if payload == "null" {
+            return Ok(false);
+        }
+        let mut ignored = Vec::new();
+        let mut members = Vec::new();
+        let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let image = crate::dom::image(
+            &doc,
+            Self::mode(&rows),
+            &self.opts,
+            buf,
+            &mut members,
+            &mut ignored,
+        )?;
+        Ok(image.is_some())
+    }
+
+    pub fn decode_key_into(
+        &mut self,
+        topic_id: u32,
+        raw: Option<&[u8]>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u32, u32)> {
+        let start = buf.len();
+        let present = match raw {
+            Some(raw) => self.key(topic_id, raw, buf)?,
+            None => false,
+        };
+        if present && buf.len() - start == 2 && &buf[start..] == b"{}" {
+            // an empty key struct: the reference writes `{}` either way
+        } else if !present {
+            buf.truncate(start);
+            buf.extend_from_slice(b"{}");
+        }
+        Ok((start as u32, buf.len() as u32))
+    }
+
+    /// One Debezium JSON value (a data event), or a decline.
+    pub fn decode(&mut self, input: &Input<'_>, interner: &mut Interner) -> Result<Event> {
+        let value = input.value;
+        match value.first() {
+            Some(b'{') => {}
+            _ => return Err(Decline),
+        }
+        // (CES events have no `op`: they are declined below and go through the assembler)
+        let (rows, payload) = if value.starts_with(WITH_SCHEMA) {
+            self.split(input.topic_id, value, false)? // (checks the nesting)
+        } else {
+            if !shallow(value) {
+                return Err(Decline);
+            }
+            (
+                Rows::Schemaless,
+                std::str::from_utf8(value).map_err(|_| Decline)?,
+            )
+        };
+        let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
+        let mut members = Vec::new();
+        let mut unavailable: Vec<Box<str>> = Vec::new();
+        let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let env = crate::dom::envelope(
+            &doc,
+            Self::mode(&rows),
+            &self.opts,
+            &mut buf,
+            &mut members,
+            &mut unavailable,
+        )?;
+        let op = match env.op {
+            Some("c") => b'c',
+            Some("u") => b'u',
+            Some("d") => b'd',
+            Some("r") => b'r',
+            Some("t") => b't',
+            _ => return Err(Decline), // no op (side records, CloudEvents), "m", unknown
+        };
+        let source = env.source.as_ref().ok_or(Decline)?;
+        let (Some(schema_name), Some(table_name)) = (source.schema, source.table) else {
+            return Err(Decline);
+        };
+        if matches!(op, b'c' | b'r' | b'u') && env.after.is_none() {
+            return Err(Decline);
+        }
+        if matches!(rows, Rows::Schemaless) && !self.schema_file_names.is_empty() {
+            let table_id = format!(
+                "{}.{}.{}",
+                source.db.unwrap_or("None"),
+                schema_name,
+                table_name
+            );
+            if self.schema_file_names.contains(input.topic)
+                || self.schema_file_names.contains(&table_id)
+            {
+                return Err(Decline);
+            }
+        }
+        let key = self.decode_key_into(input.topic_id, input.key, &mut buf)?;
+        let key_empty = &buf[key.0 as usize..key.1 as usize] == b"{}";
+        if op == b'd' && env.before.is_none() && key_empty {
+            return Err(Decline);
+        }
+        let mut partner_key: Option<Box<[u8]>> = None;
+        if input.has_headers {
+            let header = if op == b'd' {
+                input.newkey
+            } else {
+                input.oldkey
+            };
+            if let Some(Some(raw)) = header {
+                let mut tmp = Vec::new();
+                let span = self.decode_key_into(input.topic_id, Some(raw), &mut tmp)?;
+                partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
+            }
+        }
+        let commit = match source.commit_lsn {
+            Some(text) => lsn::parse(text).map_err(|_| Decline)?,
+            None => None,
+        };
+        let change = match source.change_lsn {
+            Some(text) => lsn::parse(text).map_err(|_| Decline)?,
+            None => None,
+        };
+        if commit.is_none() && op != b't' {
+            return Err(Decline);
+        }
+        let serial = source.event_serial_no;
+        if serial.is_some_and(|s| s < 0) {
+            return Err(Decline);
+        }
+        let source_ts = source.ts_ms;
+        if source_ts.is_some_and(|ts| !(TS_MIN..TS_END).contains(&ts)) {
+            return Err(Decline);
+        }
+        let ts_ms = env.ts_ms;
+        if ts_ms.is_some_and(|ts| !(TS_MIN..TS_END).contains(&ts)) {
+            return Err(Decline);
+        }
+        let snapshot = match source.snapshot {
+            None | Some(Err(false)) => interner.snapshot("false"),
+            Some(Err(true)) => interner.snapshot("true"),
+            Some(Ok(text)) => interner.snapshot(text),
+        };
+        let tx = env.transaction.as_ref().map(|t| {
+            Box::new(Tx {
+                id: t.id.to_string(),
+                total_order: t.total_order,
+                data_collection_order: t.data_collection_order,
+                begin_lsn: None,
+            })
+        });
+        let image = |at: Option<crate::parse::ImageAt>| {
+            at.map(|a| Image {
+                span: a.span,
+                members: a.members,
+            })
+        };
+        let before = image(env.before);
+        let after = image(env.after);
+        let table = interner.table(source.db, schema_name, table_name);
+        let source_id = interner.source(source.connector, source.name, source.version);
+        let column_order = match &rows {
+            Rows::Table(t) => Some(t.order.clone()),
+            Rows::Schemaless => None,
+        };
+        Ok(Event {
+            origin: Origin {
+                topic: input.topic_id,
+                partition: input.partition,
+                offset: input.offset,
+                tp: input.tp,
+            },
+            table,
+            op,
+            buf,
+            key,
+            before,
+            after,
+            members,
+            unavailable,
+            commit,
+            change,
+            serial,
+            position_text: None,
+            source_ts_ms: source_ts,
+            ts_ms,
+            snapshot,
+            tx,
+            source: source_id,
+            column_order,
+            partner_key,
+            seq: None,
+        })
+    }
+}

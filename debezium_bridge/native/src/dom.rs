@@ -1,0 +1,401 @@
+//! Debezium JSON through sonic-rs's document parser (its fastest path: one SIMD pass that
+//! validates the text and builds an arena DOM), then one walk that writes the canonical row
+//! images — what msgspec writes for what msgspec read.
+//!
+//! What the DOM cannot tell apart is declined (the reference decides): integral floats of
+//! 2^63 and more (integers beyond 64 bits come as floats), float zeros (sonic-rs reads `-0`,
+//! `-0.0` and `0.0` as the same float, the reference as `0`, `-0.0`, `0.0`), duplicate keys.
+
+use crate::jsonw;
+use crate::parse::{ImageAt, RowMode};
+use crate::schema::{self, Options, Scalar};
+use crate::value::{Decline, Member, Result};
+use sonic_rs::{JsonContainerTrait, JsonNumberTrait, JsonType, JsonValueTrait, Value};
+use std::borrow::Cow;
+
+#[inline]
+fn float_ok(v: f64) -> Result<f64> {
+    if !v.is_finite() || v == 0.0 || (v.fract() == 0.0 && v.abs() >= 9.223_372_036_854_776e18) {
+        return Err(Decline);
+    }
+    Ok(v)
+}
+
+/// A value as a [`Scalar`]; arrays and objects are written canonically to `out`.
+pub fn scalar<'v>(v: &'v Value, out: &mut Vec<u8>) -> Result<Scalar<'v>> {
+    Ok(match v.get_type() {
+        JsonType::Null => Scalar::Null,
+        JsonType::Boolean => Scalar::Bool(v.as_bool().ok_or(Decline)?),
+        JsonType::String => Scalar::Str(Cow::Borrowed(v.as_str().ok_or(Decline)?)),
+        JsonType::Number => {
+            let n = v.as_number().ok_or(Decline)?;
+            if let Some(i) = n.as_i64() {
+                Scalar::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                Scalar::UInt(u)
+            } else {
+                Scalar::Float(float_ok(n.as_f64().ok_or(Decline)?)?)
+            }
+        }
+        JsonType::Array => {
+            out.push(b'[');
+            for (i, item) in v.as_array().ok_or(Decline)?.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(item, out)?;
+            }
+            out.push(b']');
+            Scalar::Nested(b'[')
+        }
+        JsonType::Object => {
+            let mut names = Names::new();
+            object(v, out, &mut names, None, |_, value, out| {
+                write(value, out).map(|_| false)
+            })?;
+            Scalar::Nested(b'{')
+        }
+    })
+}
+
+/// Any value, canonically.
+pub fn write(v: &Value, out: &mut Vec<u8>) -> Result<()> {
+    let s = scalar(v, out)?;
+    s.write(out);
+    Ok(())
+}
+
+#[inline]
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    jsonw::write_str(out, s);
+}
+
+/// The spans of the names written so far (duplicates are declined): on the stack for the
+/// usual row widths.
+pub struct Names {
+    small: [(u32, u32); 32],
+    len: usize,
+    more: Vec<(u32, u32)>,
+}
+
+impl Names {
+    pub fn new() -> Self {
+        Names {
+            small: [(0, 0); 32],
+            len: 0,
+            more: Vec::new(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.more.clear();
+    }
+
+    /// Records `out[start..end]`; `false` if the same bytes were recorded already.
+    #[inline]
+    fn insert(&mut self, out: &[u8], start: usize, end: usize) -> bool {
+        let new = &out[start..end];
+        let seen = self.small[..self.len.min(32)]
+            .iter()
+            .chain(self.more.iter());
+        for &(s, e) in seen {
+            if (e - s) as usize == new.len() && out[s as usize..e as usize] == *new {
+                return false;
+            }
+        }
+        if self.len < 32 {
+            self.small[self.len] = (start as u32, end as u32);
+        } else {
+            self.more.push((start as u32, end as u32));
+        }
+        self.len += 1;
+        true
+    }
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn object<F>(
+    v: &Value,
+    out: &mut Vec<u8>,
+    names: &mut Names,
+    mut members: Option<&mut Vec<Member>>,
+    mut value: F,
+) -> Result<()>
+where
+    F: FnMut(&str, &Value, &mut Vec<u8>) -> Result<bool>,
+{
+    names.clear();
+    out.push(b'{');
+    for (i, (key, item)) in v.as_object().ok_or(Decline)?.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let name_start = out.len();
+        write_string(out, key);
+        let name_end = out.len();
+        if !names.insert(out, name_start, name_end) {
+            return Err(Decline);
+        }
+        out.push(b':');
+        let value_start = out.len();
+        value(key, item, out)?;
+        if let Some(members) = members.as_deref_mut() {
+            members.push(Member {
+                name: (name_start as u32 + 1, name_end as u32 - 1),
+                value: (value_start as u32, out.len() as u32),
+            });
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// A row image (see [`crate::parse::ImageSeed`] for what is recorded).
+pub fn image(
+    v: &Value,
+    rows: RowMode<'_>,
+    opts: &Options,
+    out: &mut Vec<u8>,
+    members: &mut Vec<Member>,
+    gone: &mut Vec<Box<str>>,
+) -> Result<Option<ImageAt>> {
+    match v.get_type() {
+        JsonType::Null => return Ok(None),
+        JsonType::Object => {}
+        _ => return Err(Decline),
+    }
+    let start = out.len();
+    let first_member = members.len();
+    let mut names = Names::new();
+    match rows {
+        RowMode::Schemaless => {
+            object(v, out, &mut names, Some(members), |name, value, out| {
+                let s = scalar(value, out)?;
+                if let Scalar::Str(text) = &s {
+                    if **text == *opts.placeholder || **text == *opts.placeholder_b64 {
+                        out.extend_from_slice(b"null");
+                        let name: Box<str> = name.into();
+                        if !gone.contains(&name) {
+                            gone.push(name);
+                        }
+                        return Ok(true);
+                    }
+                }
+                s.write(out);
+                Ok(false)
+            })?;
+        }
+        RowMode::Table(table) => {
+            let mut text_gone: Vec<usize> = Vec::new();
+            let mut binary_gone: Vec<usize> = Vec::new();
+            let mut hint = 0usize;
+            object(v, out, &mut names, Some(members), |name, value, out| {
+                let Some(i) = table.find(name, hint) else {
+                    write(value, out)?;
+                    return Ok(false);
+                };
+                hint = i + 1;
+                let col = &table.columns[i];
+                let s = scalar(value, out)?;
+                let is_gone = schema::convert(col, s, opts, out)?;
+                if is_gone {
+                    if col.marker == schema::Marker::Text {
+                        text_gone.push(i);
+                    } else {
+                        binary_gone.push(i);
+                    }
+                }
+                Ok(is_gone)
+            })?;
+            text_gone.sort_unstable();
+            binary_gone.sort_unstable();
+            for i in text_gone.into_iter().chain(binary_gone) {
+                let name: Box<str> = table.columns[i].name.as_str().into();
+                if !gone.contains(&name) {
+                    gone.push(name);
+                }
+            }
+        }
+    }
+    Ok(Some(ImageAt {
+        span: (start as u32, out.len() as u32),
+        members: (first_member as u32, members.len() as u32),
+    }))
+}
+
+/// A strict integer field (null → `None`; floats, strings and the rest declined).
+fn strict_int(v: &Value) -> Result<Option<i64>> {
+    match v.get_type() {
+        JsonType::Null => Ok(None),
+        JsonType::Number => v
+            .as_number()
+            .and_then(|n| n.as_i64())
+            .map(Some)
+            .ok_or(Decline),
+        _ => Err(Decline),
+    }
+}
+
+fn opt_str(v: &Value) -> Result<Option<&str>> {
+    match v.get_type() {
+        JsonType::Null => Ok(None),
+        JsonType::String => Ok(v.as_str()),
+        _ => Err(Decline),
+    }
+}
+
+/// The `source` block.
+#[derive(Default)]
+pub struct Source<'a> {
+    pub version: Option<&'a str>,
+    pub connector: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub ts_ms: Option<i64>,
+    /// `None`: absent or null; `Some(Err(b))`: a boolean; `Some(Ok(s))`: a string.
+    pub snapshot: Option<std::result::Result<&'a str, bool>>,
+    pub db: Option<&'a str>,
+    pub schema: Option<&'a str>,
+    pub table: Option<&'a str>,
+    pub change_lsn: Option<&'a str>,
+    pub commit_lsn: Option<&'a str>,
+    pub event_serial_no: Option<i64>,
+}
+
+pub struct Tx<'a> {
+    pub id: &'a str,
+    pub total_order: Option<i64>,
+    pub data_collection_order: Option<i64>,
+}
+
+pub struct Envelope<'a> {
+    pub before: Option<ImageAt>,
+    pub after: Option<ImageAt>,
+    pub source: Option<Source<'a>>,
+    pub op: Option<&'a str>,
+    pub ts_ms: Option<i64>,
+    pub transaction: Option<Tx<'a>>,
+}
+
+fn source(v: &Value) -> Result<Option<Source<'_>>> {
+    match v.get_type() {
+        JsonType::Null => return Ok(None),
+        JsonType::Object => {}
+        _ => return Err(Decline),
+    }
+    let mut s = Source::default();
+    let mut seen = 0u16;
+    for (key, item) in v.as_object().ok_or(Decline)?.iter() {
+        let bit: u16 = match key {
+            "version" => 1,
+            "connector" => 2,
+            "name" => 4,
+            "ts_ms" => 8,
+            "snapshot" => 16,
+            "db" => 32,
+            "schema" => 64,
+            "table" => 128,
+            "change_lsn" => 256,
+            "commit_lsn" => 512,
+            "event_serial_no" => 1024,
+            _ => continue,
+        };
+        if seen & bit != 0 {
+            return Err(Decline);
+        }
+        seen |= bit;
+        match bit {
+            1 => s.version = opt_str(item)?,
+            2 => s.connector = opt_str(item)?,
+            4 => s.name = opt_str(item)?,
+            8 => s.ts_ms = strict_int(item)?,
+            16 => {
+                s.snapshot = match item.get_type() {
+                    JsonType::Null => None,
+                    JsonType::Boolean => Some(Err(item.as_bool().ok_or(Decline)?)),
+                    JsonType::String => Some(Ok(item.as_str().ok_or(Decline)?)),
+                    _ => return Err(Decline),
+                }
+            }
+            32 => s.db = opt_str(item)?,
+            64 => s.schema = opt_str(item)?,
+            128 => s.table = opt_str(item)?,
+            256 => s.change_lsn = opt_str(item)?,
+            512 => s.commit_lsn = opt_str(item)?,
+            _ => s.event_serial_no = strict_int(item)?,
+        }
+    }
+    Ok(Some(s))
+}
+
+fn transaction(v: &Value) -> Result<Option<Tx<'_>>> {
+    match v.get_type() {
+        JsonType::Null => return Ok(None),
+        JsonType::Object => {}
+        _ => return Err(Decline),
+    }
+    let (mut id, mut total, mut dco) = (None, None, None);
+    for (key, item) in v.as_object().ok_or(Decline)?.iter() {
+        match key {
+            "id" if id.is_none() => id = Some(item.as_str().ok_or(Decline)?),
+            "total_order" if total.is_none() => total = Some(strict_int(item)?),
+            "data_collection_order" if dco.is_none() => dco = Some(strict_int(item)?),
+            "id" | "total_order" | "data_collection_order" => return Err(Decline),
+            _ => {}
+        }
+    }
+    Ok(Some(Tx {
+        id: id.ok_or(Decline)?,
+        total_order: total.flatten(),
+        data_collection_order: dco.flatten(),
+    }))
+}
+
+/// The envelope of a parsed value, its images written to `out`.
+pub fn envelope<'a>(
+    doc: &'a Value,
+    rows: RowMode<'_>,
+    opts: &Options,
+    out: &mut Vec<u8>,
+    members: &mut Vec<Member>,
+    gone: &mut Vec<Box<str>>,
+) -> Result<Envelope<'a>> {
+    let mut env = Envelope {
+        before: None,
+        after: None,
+        source: None,
+        op: None,
+        ts_ms: None,
+        transaction: None,
+    };
+    let mut seen = 0u8;
+    for (key, item) in doc.as_object().ok_or(Decline)?.iter() {
+        let bit: u8 = match key {
+            "before" => 1,
+            "after" => 2,
+            "source" => 4,
+            "op" => 8,
+            "ts_ms" => 16,
+            "transaction" => 32,
+            _ => continue,
+        };
+        if seen & bit != 0 {
+            return Err(Decline);
+        }
+        seen |= bit;
+        match bit {
+            1 => env.before = image(item, rows, opts, out, members, gone)?,
+            2 => env.after = image(item, rows, opts, out, members, gone)?,
+            4 => env.source = source(item)?,
+            8 => env.op = opt_str(item)?,
+            16 => env.ts_ms = strict_int(item)?,
+            _ => env.transaction = transaction(item)?,
+        }
+    }
+    Ok(env)
+}

@@ -1,0 +1,129 @@
+//! A decoded data event, with its row images already in canonical JSON.
+
+use crate::lsn::Lsn;
+use crate::value::Member;
+use std::sync::Arc;
+
+/// A row image: the canonical JSON object `buf[span]`; its members are
+/// `Event::members[members.0..members.1]`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Image {
+    pub span: (u32, u32),
+    pub members: (u32, u32),
+}
+
+/// What the event came from: the Kafka coordinates, and (for dead letters and lineage) the
+/// record itself when it has to be kept.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub topic: u32,
+    pub partition: i32,
+    pub offset: Option<i64>,
+    /// Topic-partition id (watermark and replay marks).
+    pub tp: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tx {
+    pub id: String,
+    pub total_order: Option<i64>,
+    pub data_collection_order: Option<i64>,
+    pub begin_lsn: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub origin: Origin,
+    pub table: u32,
+    pub op: u8,
+    /// Canonical key JSON (`{}` for a keyless table) is `buf[key]`.
+    pub buf: Vec<u8>,
+    pub key: (u32, u32),
+    pub before: Option<Image>,
+    pub after: Option<Image>,
+    /// Where each member of the images sits in `buf`.
+    pub members: Vec<Member>,
+    pub unavailable: Vec<Box<str>>,
+    pub commit: Lsn,
+    pub change: Lsn,
+    /// `event_serial_no` (`None`: absent; sorts as -1).
+    pub serial: Option<i64>,
+    /// Position texts when they are not Debezium's form of `commit`/`change` (fallback events).
+    pub position_text: Option<Box<(Option<String>, Option<String>)>>,
+    pub source_ts_ms: Option<i64>,
+    pub ts_ms: Option<i64>,
+    pub snapshot: u32,
+    pub tx: Option<Box<Tx>>,
+    pub source: u32,
+    pub column_order: Option<Arc<[String]>>,
+    pub partner_key: Option<Box<[u8]>>,
+    /// `seq` text when it was given (fallback events); else computed from the position.
+    pub seq: Option<Box<str>>,
+}
+
+impl Event {
+    #[inline]
+    pub fn key_bytes(&self) -> &[u8] {
+        &self.buf[self.key.0 as usize..self.key.1 as usize]
+    }
+
+    #[inline]
+    pub fn sort_serial(&self) -> i64 {
+        self.serial.unwrap_or(-1)
+    }
+
+    #[inline]
+    pub fn members_of(&self, image: &Image) -> &[Member] {
+        &self.members[image.members.0 as usize..image.members.1 as usize]
+    }
+
+    #[inline]
+    pub fn image_bytes(&self, image: &Image) -> &[u8] {
+        &self.buf[image.span.0 as usize..image.span.1 as usize]
+    }
+
+    /// The `seq` text (`<commit 20 hex>:<change 20 hex>:<serial 20 digits>`).
+    pub fn write_seq(&self, out: &mut Vec<u8>) {
+        if let Some(seq) = &self.seq {
+            out.extend_from_slice(seq.as_bytes());
+            return;
+        }
+        crate::lsn::hex20(&self.commit, out);
+        out.push(b':');
+        crate::lsn::hex20(&self.change, out);
+        out.push(b':');
+        let serial = self.serial.unwrap_or(0).max(0) as u64;
+        let mut buf = itoa::Buffer::new();
+        let digits = buf.format(serial).as_bytes();
+        out.extend(std::iter::repeat_n(
+            b'0',
+            20usize.saturating_sub(digits.len()),
+        ));
+        out.extend_from_slice(digits);
+    }
+
+    pub fn seq_string(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(62);
+        self.write_seq(&mut out);
+        out
+    }
+
+    /// Whether `name` is one of the unavailable columns.
+    #[inline]
+    pub fn is_unavailable(&self, name: &[u8]) -> bool {
+        self.unavailable.iter().any(|u| u.as_bytes() == name)
+    }
+
+    pub fn is_snapshot_identity(&self, incremental: u32) -> bool {
+        self.op == b'r' && self.snapshot != incremental
+    }
+}
+
+/// Lookup of one member by name.
+pub fn member_value<'a>(e: &'a Event, image: &Image, name: &[u8]) -> Option<&'a [u8]> {
+    let buf = &e.buf;
+    e.members_of(image)
+        .iter()
+        .find(|m| &buf[m.name.0 as usize..m.name.1 as usize] == name)
+        .map(|m| &buf[m.value.0 as usize..m.value.1 as usize])
+}

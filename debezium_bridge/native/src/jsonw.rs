@@ -1,0 +1,249 @@
+//! JSON output exactly as msgspec (the Python reference's encoder) writes it.
+//!
+//! * strings: only `"`, `\` and the control characters below U+0020 are escaped (`\b \t \n \f
+//!   \r` by name, the rest as `\u00XX`); everything else is written as raw UTF-8;
+//! * integers as decimal digits;
+//! * floats as the shortest text that reads back as the same `f64` (the digits `ryu` finds), in
+//!   fixed notation with at least one fraction digit when the decimal exponent is in
+//!   `-5..=15` (`0.00001`, `1000000000000000.0`) and in scientific notation otherwise, without
+//!   a `+` or zero padding in the exponent (`1e16`, `1.5e-7`).
+
+/// The escape of each byte value: 0 = written as is.
+static ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        table[i] = b'u';
+        i += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0a] = b'n';
+    table[0x0c] = b'f';
+    table[0x0d] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Whether `s` can be written between quotes as it is.
+#[inline]
+pub fn needs_escape(s: &[u8]) -> bool {
+    s.iter().any(|&b| ESCAPE[b as usize] != 0)
+}
+
+/// A JSON string (with its quotes).
+#[inline]
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    write_str_body(out, s.as_bytes());
+    out.push(b'"');
+}
+
+/// Whether a word holds a byte below 0x20, a quote or a backslash (SWAR).
+#[inline]
+fn word_needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = w.wrapping_sub(ONES * 0x20) & !w;
+    let quote = w ^ (ONES * b'"' as u64);
+    let slash = w ^ (ONES * b'\\' as u64);
+    ((below | (quote.wrapping_sub(ONES) & !quote) | (slash.wrapping_sub(ONES) & !slash)) & HIGH)
+        != 0
+}
+
+/// The escaped body of a JSON string (no quotes); `s` is UTF-8.
+pub fn write_str_body(out: &mut Vec<u8>, s: &[u8]) {
+    // the usual case: nothing to escape, checked eight bytes at a time
+    let mut clean = 0;
+    while clean + 8 <= s.len() {
+        let word = u64::from_le_bytes(s[clean..clean + 8].try_into().unwrap_or([0; 8]));
+        if word_needs_escape(word) {
+            break;
+        }
+        clean += 8;
+    }
+    if clean == s.len() || !s[clean..].iter().any(|&b| ESCAPE[b as usize] != 0) {
+        out.extend_from_slice(s);
+        return;
+    }
+    out.extend_from_slice(&s[..clean]);
+    let s = &s[clean..];
+    let mut start = 0;
+    for (i, &b) in s.iter().enumerate() {
+        let esc = ESCAPE[b as usize];
+        if esc == 0 {
+            continue;
+        }
+        out.extend_from_slice(&s[start..i]);
+        out.push(b'\\');
+        out.push(esc);
+        if esc == b'u' {
+            out.extend_from_slice(b"00");
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&s[start..]);
+}
+
+#[inline]
+pub fn write_i64(out: &mut Vec<u8>, v: i64) {
+    let mut buf = itoa::Buffer::new();
+    out.extend_from_slice(buf.format(v).as_bytes());
+}
+
+#[inline]
+pub fn write_u64(out: &mut Vec<u8>, v: u64) {
+    let mut buf = itoa::Buffer::new();
+    out.extend_from_slice(buf.format(v).as_bytes());
+}
+
+/// An optional integer (`null` for `None`).
+#[inline]
+pub fn write_opt_i64(out: &mut Vec<u8>, v: Option<i64>) {
+    match v {
+        Some(v) => write_i64(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// An optional string (`null` for `None`).
+#[inline]
+pub fn write_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
+    match v {
+        Some(v) => write_str(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// A finite float as msgspec writes it (see the module docs). Returns `false` (and writes
+/// nothing) for NaN and infinities, which JSON cannot hold.
+pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
+    if !v.is_finite() {
+        return false;
+    }
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(v).as_bytes();
+    let (negative, text) = match text.first() {
+        Some(b'-') => (true, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exp) = match text.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(at) => {
+            let exp_text = std::str::from_utf8(&text[at + 1..]).unwrap_or("0");
+            (&text[..at], exp_text.parse::<i32>().unwrap_or(0))
+        }
+        None => (text, 0),
+    };
+    let mut digits: Vec<u8> = Vec::with_capacity(24);
+    let mut int_len: i32 = 0;
+    let mut seen_dot = false;
+    for &b in mantissa {
+        if b == b'.' {
+            seen_dot = true;
+        } else {
+            digits.push(b);
+            if !seen_dot {
+                int_len += 1;
+            }
+        }
+    }
+    // strip leading zeros (they move the point) and trailing zeros
+    let lead = digits.iter().take_while(|&&d| d == b'0').count();
+    digits.drain(..lead);
+    int_len -= lead as i32;
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if negative {
+        out.push(b'-');
+    }
+    if digits.is_empty() {
+        out.extend_from_slice(b"0.0");
+        return true;
+    }
+    let point = int_len + exp; // value = 0.d1d2... * 10^point
+    let sci_exp = point - 1;
+    let n = digits.len() as i32;
+    if (-5..=15).contains(&sci_exp) {
+        if point <= 0 {
+            out.extend_from_slice(b"0.");
+            out.extend(std::iter::repeat_n(b'0', (-point) as usize));
+            out.extend_from_slice(&digits);
+        } else if point >= n {
+            out.extend_from_slice(&digits);
+            out.extend(std::iter::repeat_n(b'0', (point - n) as usize));
+            out.extend_from_slice(b".0");
+        } else {
+            out.extend_from_slice(&digits[..point as usize]);
+            out.push(b'.');
+            out.extend_from_slice(&digits[point as usize..]);
+        }
+    } else {
+        out.push(digits[0]);
+        if n > 1 {
+            out.push(b'.');
+            out.extend_from_slice(&digits[1..]);
+        }
+        out.push(b'e');
+        write_i64(out, sci_exp as i64);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(v: f64) -> String {
+        let mut out = Vec::new();
+        assert!(write_f64(&mut out, v));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn floats_as_msgspec() {
+        // expectations: msgspec.json.encode of the same Python floats
+        let cases: &[(f64, &str)] = &[
+            (1.0, "1.0"),
+            (0.1, "0.1"),
+            (1e16, "1e16"),
+            (1e15, "1000000000000000.0"),
+            (123456789012345678.0, "1.2345678901234568e17"),
+            (1e-7, "1e-7"),
+            (0.0001, "0.0001"),
+            (1e22, "1e22"),
+            (1.5e300, "1.5e300"),
+            (-0.0, "-0.0"),
+            (5e-324, "5e-324"),
+            (1e-5, "0.00001"),
+            (1e-6, "1e-6"),
+            (2.5e-5, "0.000025"),
+            (12345.678, "12345.678"),
+            (1.5e15, "1500000000000000.0"),
+            (1234567890123456.8, "1234567890123456.8"),
+            (3.4028234663852886e38, "3.4028234663852886e38"),
+            (2.2250738585072014e-308, "2.2250738585072014e-308"),
+            (0.000123456789, "0.000123456789"),
+            (100.0, "100.0"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(f(*v), *want, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn strings_as_msgspec() {
+        let mut out = Vec::new();
+        write_str(&mut out, "a\u{7f}/\u{2028}é\"\\\x00\x1f\x08\x0c\n\r\t");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\"a\u{7f}/\u{2028}é\\\"\\\\\\u0000\\u001f\\b\\f\\n\\r\\t\""
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! SQL Server LSNs (`binary(10)`) as Debezium writes them: `xxxxxxxx:xxxxxxxx:xxxx` in lower
+//! case. Accepted like `debezium_bridge.model.lsn.parse_lsn`: any case, with or without colons,
+//! `0x…`, and `NULL`/empty for a missing LSN (sorts lowest).
+
+/// A parsed LSN: `None` = missing (NULL).
+pub type Lsn = Option<[u8; 10]>;
+
+/// Text that is not an LSN (the reference raises `LsnFormatError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadLsn;
+
+#[inline]
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Debezium's own form, lower-case hex (the fast path).
+#[inline]
+pub fn parse_canonical(text: &[u8]) -> Option<[u8; 10]> {
+    if text.len() != 22 || text[8] != b':' || text[17] != b':' {
+        return None;
+    }
+    let mut out = [0u8; 10];
+    let mut n = 0;
+    let mut i = 0;
+    while i < 22 {
+        if i == 8 || i == 17 {
+            i += 1;
+            continue;
+        }
+        let hi = text[i];
+        let lo = text[i + 1];
+        if !(hi.is_ascii_digit() || (b'a'..=b'f').contains(&hi))
+            || !(lo.is_ascii_digit() || (b'a'..=b'f').contains(&lo))
+        {
+            return None;
+        }
+        out[n] = (hex_val(hi)? << 4) | hex_val(lo)?;
+        n += 1;
+        i += 2;
+    }
+    Some(out)
+}
+
+/// Any accepted form; `Err(BadLsn)` where the Python reference raises `LsnFormatError` or where
+/// its text handling (Unicode whitespace) is not reproduced here (the caller declines).
+pub fn parse(text: &str) -> Result<Lsn, BadLsn> {
+    if let Some(lsn) = parse_canonical(text.as_bytes()) {
+        return Ok(Some(lsn));
+    }
+    if !text.is_ascii()
+        || text
+            .bytes()
+            .any(|b| b < 0x20 && !b" \t\n\r\x0b\x0c".contains(&b))
+    {
+        return Err(BadLsn);
+    }
+    let stripped = text.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\x0b');
+    if stripped.is_empty() || stripped.eq_ignore_ascii_case("NULL") {
+        return Ok(None);
+    }
+    let mut body = stripped;
+    if body.starts_with("0x") || body.starts_with("0X") {
+        body = &body[2..];
+    }
+    let joined: String;
+    if body.contains(':') {
+        let parts: Vec<&str> = body.split(':').collect();
+        if parts.len() != 3 || parts[0].len() != 8 || parts[1].len() != 8 || parts[2].len() != 4 {
+            return Err(BadLsn);
+        }
+        joined = parts.concat();
+        body = &joined;
+    }
+    if body.is_empty() || body.len() > 20 || !body.bytes().all(|b| hex_val(b).is_some()) {
+        return Err(BadLsn);
+    }
+    let padded = format!("{body:0>20}");
+    let bytes = padded.as_bytes();
+    let mut out = [0u8; 10];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = (hex_val(bytes[2 * i]).ok_or(BadLsn)? << 4)
+            | hex_val(bytes[2 * i + 1]).ok_or(BadLsn)?;
+    }
+    Ok(Some(out))
+}
+
+/// Two lower-case hex digits per byte value.
+static HEX2: [[u8; 2]; 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [HEX[i >> 4], HEX[i & 15]];
+        i += 1;
+    }
+    t
+};
+
+/// Debezium's lower-case text of an LSN.
+pub fn format(lsn: &[u8; 10], out: &mut Vec<u8>) {
+    let mut text = [0u8; 22];
+    let mut at = 0;
+    for (i, &b) in lsn.iter().enumerate() {
+        if i == 4 || i == 8 {
+            text[at] = b':';
+            at += 1;
+        }
+        text[at..at + 2].copy_from_slice(&HEX2[b as usize]);
+        at += 2;
+    }
+    out.extend_from_slice(&text);
+}
+
+/// 20 hex digits (zeros for a missing LSN): sorts like the LSN.
+pub fn hex20(lsn: &Lsn, out: &mut Vec<u8>) {
+    match lsn {
+        Some(lsn) => {
+            let mut text = [0u8; 20];
+            for (i, &b) in lsn.iter().enumerate() {
+                text[2 * i..2 * i + 2].copy_from_slice(&HEX2[b as usize]);
+            }
+            out.extend_from_slice(&text);
+        }
+        None => out.extend_from_slice(b"00000000000000000000"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms() {
+        let bytes = [0, 0, 0, 0x27, 0, 0, 0x07, 0x58, 0, 3];
+        let want = Some(bytes);
+        assert_eq!(parse("00000027:00000758:0003"), Ok(want));
+        assert_eq!(
+            parse("00000027:00000758:0003".to_uppercase().as_str()),
+            Ok(want)
+        );
+        assert_eq!(parse("0x00000027000007580003"), Ok(want));
+        assert_eq!(parse(" 27000007580003 "), Ok(want));
+        assert_eq!(parse("NULL"), Ok(None));
+        assert_eq!(parse(""), Ok(None));
+        assert!(parse("xyz").is_err());
+        assert!(parse("0000002:700000758:0003").is_err());
+        let mut out = Vec::new();
+        format(&bytes, &mut out);
+        assert_eq!(out, b"00000027:00000758:0003");
+    }
+}

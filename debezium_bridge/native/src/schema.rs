@@ -1,0 +1,765 @@
+//! Kafka Connect row schemas (JsonConverter `schema` objects, and the Connect view of Avro
+//! writer schemas) compiled once per table version into per-column checks and converters that
+//! give exactly the canonical values of `debezium_bridge.formats.debezium.logical`.
+//!
+//! Only what is decoded the same way as the reference is accepted; a value that fails a check
+//! or needs a conversion not written here ([`Conv::Decline`]: VariableScaleDecimal, decimals
+//! sent as JSON numbers) declines the record, and the Python reference decodes it (and writes
+//! the dead letter when it is bad input).
+
+use crate::jsonw;
+use crate::value::{Decline, Num, Result};
+use base64::Engine;
+use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+use std::sync::Arc;
+
+const MAX_PRECISION: i64 = 38;
+
+/// URL-safe base64, padded or not (the reference pads before decoding).
+const URL_SAFE_ANY_PADDING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+const FLOAT32_MAX: f64 = 3.4028234663852886e38;
+
+/// The type check of a column (the reference's `_TYPE_CHECKS`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Check {
+    None,
+    Int(i64, i64),
+    Float32,
+    Float64,
+    Bool,
+    Str,
+    Array,
+    Map,
+    Struct,
+}
+
+/// The conversion of a column (the reference's `converter_for`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Conv {
+    None,
+    Decimal {
+        scale: u32,
+        precision: u32,
+    },
+    Timestamp {
+        unit: i64,
+        full: u32,
+        digits: u32,
+    },
+    Time {
+        unit: i64,
+        full: u32,
+        digits: u32,
+    },
+    Date,
+    IsoUtc,
+    Base64Bytes,
+    Float32,
+    BinaryHex,
+    BinaryUrlSafe,
+    DoubleScale(u32),
+    /// A conversion the native path leaves to the reference (every non-null value declines).
+    Decline,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Marker {
+    None,
+    Text,
+    Binary,
+}
+
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    pub check: Check,
+    pub conv: Conv,
+    pub marker: Marker,
+}
+
+/// One compiled table version.
+#[derive(Debug)]
+pub struct Table {
+    pub columns: Vec<Column>,
+    pub order: Arc<[String]>,
+    index: hashbrown::HashMap<String, usize>,
+}
+
+/// The decoder settings that change what values mean.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub placeholder: String,
+    pub placeholder_b64: String,
+    pub binary_mode: BinaryMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BinaryMode {
+    Bytes,
+    Base64,
+    Base64UrlSafe,
+    Hex,
+}
+
+impl Options {
+    pub fn new(placeholder: &str, binary_mode: BinaryMode) -> Self {
+        Options {
+            placeholder: placeholder.to_string(),
+            placeholder_b64: base64::engine::general_purpose::STANDARD.encode(placeholder),
+            binary_mode,
+        }
+    }
+}
+
+fn scale_text(text: &str) -> Option<i64> {
+    // the reference's `[+-]?[0-9]{1,18}` full match, then int()
+    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+    if digits.is_empty() || digits.len() > 18 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<i64>().ok()
+}
+
+/// Parameters as the reference stringifies them (`str(v)`): text and integers only here.
+fn param_text(v: &sonic_rs::Value) -> Result<String> {
+    if let Some(s) = v.as_str() {
+        return Ok(s.to_string());
+    }
+    if v.is_number() && !v.is_f64() {
+        if let Some(i) = v.as_i64() {
+            return Ok(i.to_string());
+        }
+        if let Some(u) = v.as_u64() {
+            return Ok(u.to_string());
+        }
+    }
+    Err(Decline)
+}
+
+/// One column from its Connect type name, semantic name and parameters.
+pub fn column(
+    name: &str,
+    connect_type: &str,
+    semantic: Option<&str>,
+    params: &[(String, String)],
+    opts: &Options,
+) -> Result<Column> {
+    let param = |key: &str| {
+        params
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let check = match connect_type {
+        "int8" => Check::Int(-(1 << 7), (1 << 7) - 1),
+        "int16" => Check::Int(-(1 << 15), (1 << 15) - 1),
+        "int32" => Check::Int(-(1 << 31), (1 << 31) - 1),
+        "int64" => Check::Int(i64::MIN, i64::MAX),
+        "float32" => Check::Float32,
+        "float64" => Check::Float64,
+        "boolean" => Check::Bool,
+        "string" => Check::Str,
+        "bytes" => Check::None,
+        "array" => Check::Array,
+        "map" => Check::Map,
+        "struct" => Check::Struct,
+        _ => return Err(Decline),
+    };
+    let source_type = param("__debezium.source.column.type")
+        .filter(|t| !t.is_empty())
+        .map(|t| t.to_uppercase());
+    let source_scale = |highest: i64| -> Result<Option<u32>> {
+        match param("__debezium.source.column.scale") {
+            None | Some("") => Ok(None),
+            Some(text) => {
+                let scale = scale_text(text).ok_or(Decline)?;
+                if !(0..=highest).contains(&scale) {
+                    return Err(Decline);
+                }
+                Ok(Some(scale as u32))
+            }
+        }
+    };
+    let timed = |unit: i64, full: u32, digits: u32, time: bool| -> Result<Conv> {
+        let digits = source_scale(9)?.unwrap_or(digits);
+        Ok(if time {
+            Conv::Time { unit, full, digits }
+        } else {
+            Conv::Timestamp { unit, full, digits }
+        })
+    };
+    let conv = match semantic {
+        Some("org.apache.kafka.connect.data.Decimal") => {
+            let scale = scale_text(param("scale").ok_or(Decline)?).ok_or(Decline)?;
+            let precision = match param("connect.decimal.precision") {
+                None => MAX_PRECISION,
+                Some(text) => scale_text(text).ok_or(Decline)?,
+            };
+            if !(1..=MAX_PRECISION).contains(&precision) || !(0..=precision).contains(&scale) {
+                return Err(Decline);
+            }
+            Conv::Decimal {
+                scale: scale as u32,
+                precision: precision as u32,
+            }
+        }
+        Some("io.debezium.data.VariableScaleDecimal") => Conv::Decline,
+        Some("io.debezium.time.Timestamp") | Some("org.apache.kafka.connect.data.Timestamp") => {
+            timed(1_000, 3, 3, false)?
+        }
+        Some("io.debezium.time.MicroTimestamp") => timed(1_000_000, 6, 6, false)?,
+        Some("io.debezium.time.NanoTimestamp") => timed(1_000_000_000, 9, 7, false)?,
+        Some("io.debezium.time.Time") | Some("org.apache.kafka.connect.data.Time") => {
+            timed(1_000, 3, 3, true)?
+        }
+        Some("io.debezium.time.MicroTime") => timed(1_000_000, 6, 6, true)?,
+        Some("io.debezium.time.NanoTime") => timed(1_000_000_000, 9, 7, true)?,
+        Some("io.debezium.time.Date") | Some("org.apache.kafka.connect.data.Date") => Conv::Date,
+        Some("io.debezium.time.IsoDate")
+        | Some("io.debezium.time.IsoTime")
+        | Some("io.debezium.time.IsoTimestamp") => Conv::IsoUtc,
+        _ if connect_type == "bytes" => Conv::Base64Bytes,
+        _ if connect_type == "float32" => Conv::Float32,
+        _ if connect_type == "string"
+            && matches!(
+                source_type.as_deref(),
+                Some("BINARY" | "VARBINARY" | "IMAGE" | "TIMESTAMP" | "ROWVERSION")
+            ) =>
+        {
+            match opts.binary_mode {
+                BinaryMode::Hex => Conv::BinaryHex,
+                BinaryMode::Base64UrlSafe => Conv::BinaryUrlSafe,
+                _ => Conv::None,
+            }
+        }
+        _ if connect_type == "float64"
+            && matches!(
+                source_type.as_deref(),
+                Some("DECIMAL" | "NUMERIC" | "MONEY" | "SMALLMONEY")
+            ) =>
+        {
+            match source_scale(MAX_PRECISION)? {
+                Some(scale) => Conv::DoubleScale(scale),
+                None => Conv::None,
+            }
+        }
+        _ => Conv::None,
+    };
+    let check = if matches!(conv, Conv::Decimal { .. }) {
+        Check::None
+    } else {
+        check
+    };
+    let marker = match connect_type {
+        "string" => Marker::Text,
+        "bytes" => Marker::Binary,
+        _ => Marker::None,
+    };
+    Ok(Column {
+        name: name.to_string(),
+        check,
+        conv,
+        marker,
+    })
+}
+
+fn connect_type_from_json(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "int8" => "int8",
+        "int16" => "int16",
+        "int32" => "int32",
+        "int64" => "int64",
+        "float" | "float32" => "float32",
+        "double" | "float64" => "float64",
+        "boolean" => "boolean",
+        "string" => "string",
+        "bytes" => "bytes",
+        "array" => "array",
+        "map" => "map",
+        "struct" => "struct",
+        _ => return None,
+    })
+}
+
+impl Table {
+    pub fn new(columns: Vec<Column>) -> Self {
+        let order: Arc<[String]> = columns.iter().map(|c| c.name.clone()).collect();
+        let mut index = hashbrown::HashMap::with_capacity(columns.len());
+        for (i, c) in columns.iter().enumerate() {
+            index.insert(c.name.clone(), i); // a repeated name: the last column decides
+        }
+        Table {
+            columns,
+            order,
+            index,
+        }
+    }
+
+    #[inline]
+    pub fn find(&self, name: &str, hint: usize) -> Option<usize> {
+        if let Some(c) = self.columns.get(hint) {
+            if c.name == name && self.index.get(name) == Some(&hint) {
+                return Some(hint);
+            }
+        }
+        self.index.get(name).copied()
+    }
+
+    /// A row struct from a JsonConverter struct schema (`table_from_connect`).
+    pub fn from_connect(schema: &sonic_rs::Value, opts: &Options) -> Result<Table> {
+        if schema.get("type").and_then(|t| t.as_str()) != Some("struct") {
+            return Err(Decline);
+        }
+        if let Some(name) = schema.get("name") {
+            if !name.is_null() && !name.is_str() {
+                return Err(Decline);
+            }
+        }
+        let fields = schema
+            .get("fields")
+            .and_then(|f| f.as_array())
+            .ok_or(Decline)?;
+        let mut columns = Vec::with_capacity(fields.len());
+        for field in fields.iter() {
+            let name = field.get("field").and_then(|v| v.as_str()).ok_or(Decline)?;
+            let type_name = field.get("type").and_then(|v| v.as_str()).ok_or(Decline)?;
+            let connect_type = connect_type_from_json(type_name).ok_or(Decline)?;
+            let semantic = match field.get("name") {
+                None => None,
+                Some(v) if v.is_null() => None,
+                Some(v) => Some(v.as_str().ok_or(Decline)?),
+            };
+            let mut params = Vec::new();
+            match field.get("parameters") {
+                None => {}
+                Some(p) if p.is_null() => {}
+                Some(p) => {
+                    let obj = p.as_object().ok_or(Decline)?;
+                    for (k, v) in obj.iter() {
+                        params.push((k.to_string(), param_text(v)?));
+                    }
+                }
+            }
+            columns.push(column(name, connect_type, semantic, &params, opts)?);
+        }
+        Ok(Table::new(columns))
+    }
+
+    /// The row struct of a JsonConverter envelope schema (`_envelope_row_schema`): `Ok(None)`
+    /// for a null schema or an envelope without `before`/`after` fields (schema-less rows).
+    pub fn from_envelope_schema(raw: &str, opts: &Options) -> Result<Option<Table>> {
+        let schema: sonic_rs::Value = sonic_rs::from_str(raw).map_err(|_| Decline)?;
+        if schema.is_null() {
+            return Ok(None);
+        }
+        if schema.get("type").and_then(|t| t.as_str()) != Some("struct") {
+            return Err(Decline);
+        }
+        let fields = schema
+            .get("fields")
+            .and_then(|f| f.as_array())
+            .ok_or(Decline)?;
+        for field in fields.iter() {
+            if field.is_object() {
+                if let Some(name) = field.get("field").and_then(|f| f.as_str()) {
+                    if name == "after" || name == "before" {
+                        return Table::from_connect(field, opts).map(Some);
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+// ------------------------------------------------------------------ value conversion
+
+/// One parsed column value: scalars as the parser gave them; arrays and objects already
+/// written (canonical) to the output, with their opening bracket.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(std::borrow::Cow<'a, str>),
+    Nested(u8),
+}
+
+impl Scalar<'_> {
+    /// The canonical bytes of a scalar (nested values are written already).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Scalar::Null => out.extend_from_slice(b"null"),
+            Scalar::Bool(true) => out.extend_from_slice(b"true"),
+            Scalar::Bool(false) => out.extend_from_slice(b"false"),
+            Scalar::Int(v) => jsonw::write_i64(out, *v),
+            Scalar::UInt(v) => jsonw::write_u64(out, *v),
+            Scalar::Float(v) => {
+                jsonw::write_f64(out, *v);
+            }
+            Scalar::Str(s) => jsonw::write_str(out, s),
+            Scalar::Nested(_) => {}
+        }
+    }
+
+    fn number(&self) -> Option<Num> {
+        match self {
+            Scalar::Int(v) => Some(Num::Int(*v)),
+            Scalar::UInt(v) => Some(Num::UInt(*v)),
+            Scalar::Float(v) => Some(Num::Float(*v)),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the value passes the column's type check (else the reference raises).
+fn check(c: Check, v: &Scalar<'_>) -> Result<()> {
+    let ok = match c {
+        Check::None => true,
+        Check::Int(lo, hi) => matches!(v, Scalar::Int(i) if lo <= *i && *i <= hi),
+        Check::Float32 => match v {
+            Scalar::Float(f) => f.abs() <= FLOAT32_MAX,
+            Scalar::Int(i) => (*i as f64).abs() <= FLOAT32_MAX,
+            Scalar::UInt(u) => (*u as f64) <= FLOAT32_MAX,
+            _ => false,
+        },
+        Check::Float64 => matches!(v, Scalar::Float(_) | Scalar::Int(_) | Scalar::UInt(_)),
+        Check::Bool => matches!(v, Scalar::Bool(_)),
+        Check::Str => matches!(v, Scalar::Str(_)),
+        Check::Array => matches!(v, Scalar::Nested(b'[')),
+        Check::Map => matches!(v, Scalar::Nested(_)),
+        Check::Struct => matches!(v, Scalar::Nested(b'{')),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Decline)
+    }
+}
+
+/// Decide one column value: `Ok(true)` = placeholder (unavailable, written as null).
+pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -> Result<bool> {
+    if v == Scalar::Null {
+        out.extend_from_slice(b"null");
+        return Ok(false);
+    }
+    check(col.check, &v)?;
+    if let (Marker::Text | Marker::Binary, Scalar::Str(text)) = (col.marker, &v) {
+        let marker = if col.marker == Marker::Text {
+            &opts.placeholder
+        } else {
+            &opts.placeholder_b64
+        };
+        if **text == **marker {
+            out.extend_from_slice(b"null");
+            return Ok(true);
+        }
+    }
+    let int_value = |v: &Scalar<'_>| match v {
+        Scalar::Int(i) => Ok(*i),
+        _ => Err(Decline),
+    };
+    fn text_of<'s>(v: &'s Scalar<'_>) -> Result<&'s str> {
+        match v {
+            Scalar::Str(s) => Ok(s),
+            _ => Err(Decline),
+        }
+    }
+    let text = text_of;
+    match col.conv {
+        Conv::None => v.write(out),
+        Conv::Decline => return Err(Decline),
+        Conv::Decimal { scale, precision } => {
+            // numbers (decimal.format=NUMERIC) are rounded by the reference: declined
+            let text = text(&v)?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|_| Decline)?;
+            write_decimal(&bytes, scale, precision, out)?;
+        }
+        Conv::Timestamp { unit, full, digits } => {
+            let v = int_value(&v)?;
+            let seconds = v.div_euclid(unit);
+            let sub = v.rem_euclid(unit);
+            let days = seconds.div_euclid(86_400);
+            let secs = seconds.rem_euclid(86_400);
+            out.push(b'"');
+            write_date(days, out)?;
+            out.push(b'T');
+            write_clock(secs, out);
+            write_fraction(sub, full, digits, out);
+            out.push(b'"');
+        }
+        Conv::Time { unit, full, digits } => {
+            let v = int_value(&v)?;
+            if !(0..=86_400 * unit).contains(&v) {
+                return Err(Decline);
+            }
+            out.push(b'"');
+            write_clock(v / unit, out);
+            write_fraction(v % unit, full, digits, out);
+            out.push(b'"');
+        }
+        Conv::Date => {
+            let v = int_value(&v)?;
+            out.push(b'"');
+            write_date(v, out)?;
+            out.push(b'"');
+        }
+        Conv::IsoUtc => {
+            let text = text(&v)?;
+            let trimmed = text
+                .strip_suffix('Z')
+                .or_else(|| text.strip_suffix("+00:00"))
+                .unwrap_or(text);
+            jsonw::write_str(out, trimmed);
+        }
+        Conv::Base64Bytes => {
+            let text = text(&v)?;
+            base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|_| Decline)?;
+            jsonw::write_str(out, text);
+        }
+        Conv::Float32 => match v {
+            Scalar::Float(f) => {
+                jsonw::write_f64(out, shortest_f32(f));
+            }
+            other => other.write(out),
+        },
+        Conv::BinaryHex => {
+            let text = text(&v)?;
+            let b = text.as_bytes();
+            if b.len() % 2 != 0 {
+                return Err(Decline);
+            }
+            let mut bytes = Vec::with_capacity(b.len() / 2);
+            for pair in b.chunks(2) {
+                let s = std::str::from_utf8(pair).map_err(|_| Decline)?;
+                bytes.push(u8::from_str_radix(s, 16).map_err(|_| Decline)?);
+            }
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        Conv::BinaryUrlSafe => {
+            let text = text(&v)?;
+            let bytes = URL_SAFE_ANY_PADDING
+                .decode(text.as_bytes())
+                .map_err(|_| Decline)?;
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        Conv::DoubleScale(scale) => {
+            let f = match v.number().ok_or(Decline)? {
+                Num::Float(f) => f,
+                Num::Int(i) => i as f64,
+                Num::UInt(u) => u as f64,
+            };
+            out.push(b'"');
+            out.extend_from_slice(format!("{:.*}", scale as usize, f).as_bytes());
+            out.push(b'"');
+        }
+    }
+    Ok(false)
+}
+
+/// The float whose shortest text of 6 to 9 significant digits reads back as the same float32
+/// (the reference's `_float32`).
+pub fn shortest_f32(v: f64) -> f64 {
+    let target = (v as f32).to_bits();
+    for precision in 6..=9usize {
+        let text = format!("{:.*e}", precision - 1, v);
+        if let Ok(candidate) = text.parse::<f64>() {
+            if (candidate as f32).to_bits() == target {
+                return candidate;
+            }
+        }
+    }
+    v
+}
+
+/// Exact decimal text of a big-endian two's-complement unscaled value.
+pub fn write_decimal(bytes: &[u8], scale: u32, precision: u32, out: &mut Vec<u8>) -> Result<()> {
+    if bytes.is_empty() {
+        return Err(Decline);
+    }
+    let negative = bytes[0] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0x00 };
+    let significant = bytes.iter().position(|&b| b != fill).unwrap_or(bytes.len());
+    let rest = &bytes[significant..];
+    if rest.len() > 16 {
+        return Err(Decline);
+    }
+    let mut buf = [fill; 16];
+    buf[16 - rest.len()..].copy_from_slice(rest);
+    let unscaled = i128::from_be_bytes(buf);
+    // the sign must survive the truncation of the fill bytes
+    if (unscaled < 0) != negative {
+        return Err(Decline);
+    }
+    let limit = 10i128.pow(precision);
+    if unscaled <= -limit || unscaled >= limit {
+        return Err(Decline);
+    }
+    out.push(b'"');
+    if unscaled < 0 {
+        out.push(b'-');
+    }
+    let digits = unscaled.unsigned_abs().to_string();
+    let scale = scale as usize;
+    if scale == 0 {
+        out.extend_from_slice(digits.as_bytes());
+    } else {
+        let padded = format!("{:0>width$}", digits, width = scale + 1);
+        let (int_part, frac) = padded.split_at(padded.len() - scale);
+        out.extend_from_slice(int_part.as_bytes());
+        out.push(b'.');
+        out.extend_from_slice(frac.as_bytes());
+    }
+    out.push(b'"');
+    Ok(())
+}
+
+/// `YYYY-MM-DD` of a day number since 1970-01-01, years 1..=9999 (Python's `date` range).
+pub fn write_date(days: i64, out: &mut Vec<u8>) -> Result<()> {
+    // Howard Hinnant's civil_from_days
+    if !(-719_162..=2_932_896).contains(&days) {
+        return Err(Decline);
+    }
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let mut y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    if m <= 2 {
+        y += 1;
+    }
+    if !(1..=9999).contains(&y) {
+        return Err(Decline);
+    }
+    push_digits(out, y as u64, 4);
+    out.push(b'-');
+    push_digits(out, m as u64, 2);
+    out.push(b'-');
+    push_digits(out, d as u64, 2);
+    Ok(())
+}
+
+#[inline]
+fn push_digits(out: &mut Vec<u8>, v: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut n = v;
+    let mut i = 20;
+    while n > 0 {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let len = (20 - i).max(width);
+    out.extend_from_slice(&buf[20 - len..]);
+}
+
+fn write_clock(secs: i64, out: &mut Vec<u8>) {
+    let minute = secs / 60;
+    push_digits(out, (minute / 60) as u64, 2);
+    out.push(b':');
+    push_digits(out, (minute % 60) as u64, 2);
+    out.push(b':');
+    push_digits(out, (secs % 60) as u64, 2);
+}
+
+/// The reference's `_fraction_formatter(unit, digits)`.
+fn write_fraction(sub: i64, full: u32, digits: u32, out: &mut Vec<u8>) {
+    if digits >= full {
+        out.push(b'.');
+        push_digits(out, sub as u64, full as usize);
+        out.extend(std::iter::repeat_n(b'0', (digits - full) as usize));
+        return;
+    }
+    let step = 10i64.pow(full - digits);
+    let (kept, dropped) = (sub / step, sub % step);
+    if dropped != 0 {
+        let mut text = Vec::with_capacity(full as usize);
+        push_digits(&mut text, sub as u64, full as usize);
+        while text.last() == Some(&b'0') {
+            text.pop();
+        }
+        out.push(b'.');
+        out.extend_from_slice(&text);
+    } else if digits > 0 {
+        out.push(b'.');
+        push_digits(out, kept as u64, digits as usize);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_times() {
+        let mut out = Vec::new();
+        write_date(0, &mut out).unwrap();
+        write_date(-719_162, &mut out).unwrap();
+        write_date(2_932_896, &mut out).unwrap();
+        assert_eq!(out, b"1970-01-010001-01-019999-12-31");
+        assert!(write_date(2_932_897, &mut Vec::new()).is_err());
+        let col = column(
+            "t",
+            "int64",
+            Some("io.debezium.time.NanoTimestamp"),
+            &[],
+            &Options::new("x", BinaryMode::Bytes),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        convert(
+            &col,
+            Scalar::Int(1289567655123456700),
+            &Options::new("x", BinaryMode::Bytes),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, b"\"2010-11-12T13:14:15.1234567\"");
+    }
+
+    #[test]
+    fn decimals() {
+        let mut out = Vec::new();
+        write_decimal(&[0x77, 0x35, 0x94, 0x00], 4, 19, &mut out).unwrap();
+        assert_eq!(out, b"\"200000.0000\"");
+        out.clear();
+        write_decimal(&[0xff, 0xff, 0xfe], 2, 10, &mut out).unwrap();
+        assert_eq!(out, b"\"-0.02\"");
+        out.clear();
+        write_decimal(&[0x00, 0x05], 0, 10, &mut out).unwrap();
+        assert_eq!(out, b"\"5\"");
+    }
+
+    #[test]
+    fn float32() {
+        assert_eq!(shortest_f32(0.1f32 as f64), 0.1);
+        assert_eq!(shortest_f32(3.4028234663852886e38), 3.4028235e38);
+    }
+}
