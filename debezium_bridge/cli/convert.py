@@ -375,10 +375,10 @@ class Conversion:
     @property
     def _writes_lines(self) -> bool:
         """Whether the output is exactly the canonical JSON lines (then the native core's
-        buffer is written as it is)."""
+        buffer is written as it is; change-table rows are translated by the Python core)."""
         config = self.config
         return (config.format is OutputFormat.CANONICAL and config.file_layout == "values"
-                and not config.output_tombstones)
+                and not config.output_tombstones and not self.cdc)
 
     def _translate_native(self, path: str, fmt: DumpFormat, sink: FileSink,
                           dead_sink: FileSink | None, progress: _Progress, done_bytes: int) -> int:

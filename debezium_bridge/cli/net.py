@@ -89,6 +89,10 @@ class NetRun(Conversion):
             window = Window.of(config.from_lsn, config.to_lsn, after_lsn=config.after_lsn)
         self.net = NetChanges(window, config.mode)
 
+    @property
+    def _writes_lines(self) -> bool:
+        return False  # the output is the window's net changes, not the canonical records
+
     def _write(self, changes: list[ChangeRecord], dead: list[DeadLetter], sink: FileSink,
                dead_sink: FileSink | None) -> None:
         self.net.add_many(changes)

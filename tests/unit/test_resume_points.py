@@ -11,10 +11,28 @@ import msgspec
 import pytest
 
 from debezium_bridge.core import Translator
+from debezium_bridge.core.settings import TranslatorConfig
+from debezium_bridge.errors import ConfigError
 from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.testing.simulator import CUSTOMERS
 from tests.integration.sidecar_support import table, topic_of, traffic
+
+
+@pytest.fixture
+def translation_core(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Resume points are kept by the Python core only (the sidecar runs it): one run each."""
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_NATIVE", "0")
+    return "python"
+
+
+def test_the_native_core_refuses_resume_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_NATIVE", "1")
+    translator = Translator(TranslatorConfig(native="on"))
+    with pytest.raises(ConfigError, match="Python core"):
+        translator.track_resume_points()
+    with pytest.raises(ConfigError, match="Python core"):
+        translator.pending_offsets()
 
 
 def _stream(seed: int) -> list[RawRecord]:
@@ -33,7 +51,7 @@ def _stream(seed: int) -> list[RawRecord]:
 
 
 def _translator(records: list[RawRecord]) -> Translator:
-    translator = Translator()
+    translator = Translator(TranslatorConfig(native="off"))
     translator.track_resume_points()
     translator.expect({(r.topic, r.partition) for r in records
                        if r.topic in (topic_of(CUSTOMERS), topic_of(table("orders")))})

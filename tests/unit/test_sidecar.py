@@ -12,6 +12,7 @@ import urllib.request
 import msgspec
 import pytest
 
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.errors import ConfigError
 from debezium_bridge.model.change import LineageRef
 from debezium_bridge.model.records import RawRecord
@@ -34,6 +35,13 @@ from debezium_bridge.testing.simulator import CUSTOMERS
 from tests.integration.sidecar_support import table, topic_of, traffic
 
 # -- settings --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def translation_core(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sidecar runs the Python core (resume points): these tests run once."""
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_NATIVE", "0")
+    return "python"
 
 
 def test_settings_from_flags_file_environment_and_x(tmp_path, monkeypatch) -> None:
@@ -205,7 +213,8 @@ def _unit(state: UnitState | None = None) -> Unit:
     from debezium_bridge.core.pipeline import Pipeline
 
     start = {p: 0 for p in range(3)}
-    return Unit(topic_of(CUSTOMERS), range(3), Pipeline(), start, state)
+    return Unit(topic_of(CUSTOMERS), range(3), Pipeline(TranslatorConfig(native="off")), start,
+                state)
 
 
 def test_counters_add_up_across_a_restart_from_a_checkpoint() -> None:
