@@ -384,6 +384,7 @@ class Conversion:
                           dead_sink: FileSink | None, progress: _Progress, done_bytes: int) -> int:
         """One lossless/kcat dump through the native core, chunk by chunk."""
         pipeline, counters = self.pipeline, self.pipeline.translator.counters
+        assert isinstance(pipeline, Pipeline)  # dumps, not change-table rows
         rest = b""
         line_no = 1
         size = 0
@@ -449,7 +450,7 @@ class Conversion:
         pipeline.flush()
 
     def _drain(self, sink: FileSink, dead_sink: FileSink | None) -> None:
-        if self._writes_lines:
+        if self._writes_lines and isinstance(self.pipeline, Pipeline):
             lines, count, rejected = self.pipeline.drain_json()
             if count:
                 sink.write_lines(lines, count)
