@@ -251,28 +251,28 @@ class CdcPipeline:
     def translate_file(self, handle: IO[bytes], source: str, *, flush: bool = True
                        ) -> Iterator[ChangeRecord | DeadLetter]:
         """Read one file and yield dead letters and change records as they come out."""
-        for _ in self._read(handle, source):
-            if self.translator.has_output:
-                changes, dead = self.translator.drain()
-                yield from dead
-                yield from changes
-        if flush:
-            self.flush()
-            changes, dead = self.translator.drain()
-            yield from dead
-            yield from changes
+        return self._translated(self._read(handle, source), flush)
 
     def translate(self, rows: Iterable[tuple[CdcRow, str]], *, flush: bool = True
                   ) -> Iterator[ChangeRecord | DeadLetter]:
         """Feed ``(row, capture instance)`` pairs; yield dead letters and change records."""
-        for row, instance in rows:
-            self.decoder.feed(row, instance)
+        def fed() -> Iterator[None]:
+            for row, instance in rows:
+                self.decoder.feed(row, instance)
+                yield None
+
+        return self._translated(fed(), flush)
+
+    def _translated(self, steps: Iterable[object], flush: bool
+                    ) -> Iterator[ChangeRecord | DeadLetter]:
+        for _ in steps:
             if self.translator.has_output:
-                changes, dead = self.translator.drain()
-                yield from dead
-                yield from changes
+                yield from self._drained()
         if flush:
             self.flush()
-            changes, dead = self.translator.drain()
-            yield from dead
-            yield from changes
+            yield from self._drained()
+
+    def _drained(self) -> Iterator[ChangeRecord | DeadLetter]:
+        changes, dead = self.translator.drain()
+        yield from dead
+        yield from changes
