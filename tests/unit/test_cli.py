@@ -228,3 +228,13 @@ def test_ctrl_c_stops_cleanly_with_the_counters(dump: Path) -> None:
     text = err.decode()
     assert "Traceback" not in text
     assert "interrupted" in text and "records_in=3" in text and "balanced" in text
+
+
+def test_broker_on_a_taken_port_says_so(capsys) -> None:
+    """Tansu exits with status 0 when its port is taken; the broker command names the port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["broker", "--port", str(port)]) != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
