@@ -322,8 +322,13 @@ impl Decoder {
         let mut buf: Vec<u8> = Vec::with_capacity(input.value.len() * 2 + 64);
         let mut members = Vec::new();
         let mut unavailable: Vec<Box<str>> = Vec::new();
-        let opts = self.opts.clone();
-        let env = compiled.read(input.value, &opts, &mut buf, &mut members, &mut unavailable)?;
+        let env = compiled.read(
+            input.value,
+            &self.opts,
+            &mut buf,
+            &mut members,
+            &mut unavailable,
+        )?;
         let rows = Rows::Table(compiled.table.clone());
         self.finish(input, env, rows, buf, members, unavailable, interner, true)
     }
