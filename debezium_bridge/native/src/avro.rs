@@ -347,6 +347,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A scalar datum (records, arrays and maps are declined).
+    #[inline]
     pub fn prim(&mut self, node: &Node) -> Result<Prim<'a>> {
         Ok(match node {
             Node::Null => Prim::Null,
@@ -469,6 +470,7 @@ fn enum_symbol<'s>(cur: &mut Cursor<'_>, symbols: &'s [String]) -> Result<&'s st
 }
 
 /// A scalar of a field, an enum symbol included (as a string).
+#[inline]
 fn scalar_of<'a: 'r, 's: 'r, 'r>(cur: &mut Cursor<'a>, node: &'s Node) -> Result<Prim<'r>> {
     match node {
         Node::Enum(symbols) => Ok(Prim::Str(enum_symbol(cur, symbols)?)),
@@ -526,6 +528,8 @@ pub struct AvroValue {
     parsed: Parsed,
     roles: Vec<Role>,
     row: usize,
+    /// Each row column's name as JSON text (quoted, escaped), written once here.
+    names: Vec<Vec<u8>>,
     pub table: Arc<Table>,
 }
 
@@ -793,10 +797,20 @@ impl AvroValue {
         for f in &parsed.records[row].fields {
             columns.push(column_of(&parsed, f, opts)?);
         }
+        let names = parsed.records[row]
+            .fields
+            .iter()
+            .map(|f| {
+                let mut name = Vec::with_capacity(f.name.len() + 2);
+                jsonw::write_str(&mut name, &f.name);
+                name
+            })
+            .collect();
         Ok(AvroValue {
             parsed,
             roles,
             row,
+            names,
             table: Arc::new(Table::new(columns)),
         })
     }
@@ -1010,12 +1024,13 @@ impl AvroValue {
         let mut binary_gone: Vec<usize> = Vec::new();
         out.push(b'{');
         let fields = &self.parsed.records[self.row].fields;
-        for (i, (f, col)) in fields.iter().zip(&self.table.columns).enumerate() {
+        let columns = fields.iter().zip(&self.table.columns).zip(&self.names);
+        for (i, ((f, col), name)) in columns.enumerate() {
             if i > 0 {
                 out.push(b',');
             }
             let name_start = out.len();
-            jsonw::write_str(out, &f.name);
+            out.extend_from_slice(name);
             let name_end = out.len();
             out.push(b':');
             let value_start = out.len();

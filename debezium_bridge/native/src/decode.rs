@@ -320,7 +320,7 @@ impl Decoder {
             .clone()
             .ok_or(Decline)?;
         let mut buf: Vec<u8> = Vec::with_capacity(input.value.len() * 2 + 64);
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(2 * compiled.table.columns.len());
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let env = compiled.read(
             input.value,

@@ -622,16 +622,40 @@ pub fn write_decimal(bytes: &[u8], scale: u32, precision: u32, out: &mut Vec<u8>
     if unscaled < 0 {
         out.push(b'-');
     }
-    let digits = unscaled.unsigned_abs().to_string();
+    // the digits of |unscaled|, right-aligned, without allocating (u64 arithmetic when it fits)
+    let mut digits = [b'0'; 40];
+    let mut i = digits.len();
+    let magnitude = unscaled.unsigned_abs();
+    if let Ok(mut m) = u64::try_from(magnitude) {
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+    } else {
+        let mut m = magnitude;
+        while m > 0 {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+    }
+    let end = digits.len();
+    let len = end - i;
     let scale = scale as usize;
     if scale == 0 {
-        out.extend_from_slice(digits.as_bytes());
-    } else {
-        let padded = format!("{:0>width$}", digits, width = scale + 1);
-        let (int_part, frac) = padded.split_at(padded.len() - scale);
-        out.extend_from_slice(int_part.as_bytes());
+        out.extend_from_slice(&digits[i..]);
+    } else if len > scale {
+        out.extend_from_slice(&digits[i..end - scale]);
         out.push(b'.');
-        out.extend_from_slice(frac.as_bytes());
+        out.extend_from_slice(&digits[end - scale..]);
+    } else {
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', scale - len));
+        out.extend_from_slice(&digits[i..]);
     }
     out.push(b'"');
     Ok(())
@@ -755,6 +779,30 @@ mod tests {
         out.clear();
         write_decimal(&[0x00, 0x05], 0, 10, &mut out).unwrap();
         assert_eq!(out, b"\"5\"");
+        // Python: format_unscaled(unscaled, scale)
+        for (bytes, scale, text) in [
+            (&[0x00][..], 2, "0.00"),
+            (&[0x00][..], 0, "0"),
+            (&[0x05][..], 3, "0.005"),
+            (&[0xfb][..], 3, "-0.005"),
+            (&[0x30, 0x39][..], 2, "123.45"),
+            (&[0x30, 0x39][..], 5, "0.12345"),
+            (&[0x30, 0x39][..], 6, "0.012345"),
+            (&[0xcf, 0xc7][..], 1, "-1234.5"),
+        ] {
+            out.clear();
+            write_decimal(bytes, scale, 38, &mut out).unwrap();
+            assert_eq!(out, format!("\"{text}\"").as_bytes());
+        }
+        // 10^37 (beyond 64 bits), scale 10
+        let big = 10i128.pow(37).to_be_bytes();
+        out.clear();
+        write_decimal(&big, 10, 38, &mut out).unwrap();
+        assert_eq!(out, b"\"1000000000000000000000000000.0000000000\"");
+        let neg = (-(10i128.pow(37)) - 7).to_be_bytes();
+        out.clear();
+        write_decimal(&neg, 0, 38, &mut out).unwrap();
+        assert_eq!(out, b"\"-10000000000000000000000000000000000007\"");
     }
 
     #[test]
