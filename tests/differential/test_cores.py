@@ -6,7 +6,10 @@ and with differing images), primary-key changes in every serial form, snapshot a
 incremental-snapshot rows, unchanged LOBs, transaction metadata, every logical type and handling
 mode the generator writes, three encodings, and bad records; the translator settings vary too
 (pairing on/off, small ``max_pending`` and ``dedupe_capacity``, expected partitions or not,
-batch sizes). The Python core is the reference.
+batch sizes). The Python core is the reference. On Confluent Avro streams the native core must
+also read every data event itself: the records it declines (hands to the Python decoder) are
+exactly those that are neither tombstones nor Avro data events the Python decoder reads, each
+record alone (so only bad records and transaction metadata are declined).
 
 Known difference (docs: ``debezium_bridge/native/README.md``): a replay-mismatch dead letter
 names the two image hashes, which each core computes its own way (the Python core with
