@@ -583,6 +583,39 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
 /// The float whose shortest text of 6 to 9 significant digits reads back as the same float32
 /// (the reference's `_float32`).
 pub fn shortest_f32(v: f64) -> f64 {
+    quick_f32(v).unwrap_or_else(|| search_f32(v))
+}
+
+/// [`shortest_f32`] without formatting, where the answer is known: for `v` exactly a normal
+/// float32 `x` whose shortest round-trip text (ryu) has at most 6 significant digits, that text
+/// *is* the reference's 6-digit rounding of `x`. (It lies within half an f32 ulp of `x`, at
+/// most 2^-23·|x| ≈ 1.2e-7·|x|, while 6-digit values of `x`'s decade are 1e-5·10^E ≥ 1e-6·|x|
+/// apart, so it is the 6-digit value nearest `x`, strictly; a power of ten above `x` is on
+/// that grid too.) The reference then keeps that value if it reads back as `x`, which is
+/// checked here the same way; anything else takes the search.
+fn quick_f32(v: f64) -> Option<f64> {
+    let x = v as f32;
+    if x as f64 != v || !x.is_normal() {
+        return None;
+    }
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(x);
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    let digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    let first = digits.iter().position(|&d| d != b'0')?;
+    let last = digits.iter().rposition(|&d| d != b'0')?;
+    if last - first + 1 > 6 {
+        return None;
+    }
+    let candidate: f64 = text.parse().ok()?;
+    if (candidate as f32).to_bits() != x.to_bits() {
+        return None;
+    }
+    Some(candidate)
+}
+
+/// The reference's search: precision 6 to 9, the first text that reads back as the float32.
+fn search_f32(v: f64) -> f64 {
     let target = (v as f32).to_bits();
     for precision in 6..=9usize {
         let text = format!("{:.*e}", precision - 1, v);
@@ -809,5 +842,36 @@ mod tests {
     fn float32() {
         assert_eq!(shortest_f32(0.1f32 as f64), 0.1);
         assert_eq!(shortest_f32(3.4028234663852886e38), 3.4028235e38);
+    }
+
+    #[test]
+    fn float32_quick_path_agrees_with_the_search() {
+        // every value the quick path answers is what the reference's search gives
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut checked = 0;
+        let mut values: Vec<f32> =
+            vec![0.1, 1.0, 10.0, 9.999_999, 1e-7, 123.45, -0.3, 1e30, 3.0e-38];
+        for _ in 0..60_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            values.push(f32::from_bits(state as u32));
+            // short decimals, as columns usually hold
+            let short = ((state >> 32) % 2_000_000) as f32 / 100.0 - 10_000.0;
+            values.push(short);
+            values.push(short * 1e-20);
+            values.push(short * 1e20);
+        }
+        for x in values {
+            if !x.is_finite() {
+                continue;
+            }
+            let v = x as f64;
+            if let Some(quick) = quick_f32(v) {
+                assert_eq!(quick.to_bits(), search_f32(v).to_bits(), "{x:e}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 50_000, "{checked}");
     }
 }
