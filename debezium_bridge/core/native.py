@@ -17,11 +17,12 @@ environment variable ``DEBEZIUM_BRIDGE_NATIVE`` (``0``/``off`` forces the Python
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -30,6 +31,9 @@ from debezium_bridge.errors import ConfigError, RecordError, ReplayMismatchError
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, SideRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import KafkaRecord, RawRecord, as_raw_record
+
+if TYPE_CHECKING:
+    from debezium_bridge.formats.debezium.decode import Decoder
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +155,23 @@ def decode_lines(lines: bytes) -> list[ChangeRecord]:
     """Canonical JSON lines back into :class:`ChangeRecord` objects (for API callers that want
     objects; the runners write the lines as they are)."""
     return [_decode_record(line) for line in lines.splitlines()]
+
+
+def avro_schemas(decoder: Decoder) -> Callable[[int, bool], str | None]:
+    """The native core's source of Confluent Avro writer schemas: ``(schema_id, is_key) ->``
+    the schema JSON, after the Python decoder compiled that id itself (so a schema the reference
+    refuses is never read natively: ``None``, and its records stay with the Python decoder).
+    A service that is down raises: the record is declined and the Python decoder raises again."""
+    avro = decoder.avro
+
+    def schema_json(schema_id: int, key: bool) -> str | None:
+        try:
+            schema = avro.prepare(schema_id, decoder, key=key)
+        except RecordError:
+            return None
+        return json.dumps(schema)
+
+    return schema_json
 
 
 def make_core(*, pair_key_changes: bool, max_pending: int, dedupe_capacity: int,

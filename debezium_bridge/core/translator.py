@@ -57,6 +57,7 @@ from debezium_bridge.errors import (
     ServiceError,
 )
 from debezium_bridge.formats.ces.decode import CesDecoder
+from debezium_bridge.formats.debezium.avro import AvroDecoder
 from debezium_bridge.formats.debezium.decode import Decoder
 from debezium_bridge.model.change import (
     DEBEZIUM_OPS,
@@ -255,12 +256,21 @@ class Translator:
                 binary_mode=options.binary_handling_mode,
                 fallback=self._declined)
             self._core.configure(list(options.table_schemas), True)
+            avro = self.decoder.avro
+            if avro.__class__ is AvroDecoder and avro.resolver is not None:
+                self._core.configure_avro(native.avro_schemas(self.decoder))
             self._synced = self._core.counters()
 
     @property
     def is_native(self) -> bool:
         """Whether this translator runs on the native core."""
         return self._core is not None
+
+    @property
+    def native_declined(self) -> int:
+        """Records the native core declined and handed to the Python decoder so far (0 on the
+        Python core): how much of a stream left the native path."""
+        return 0 if self._core is None else int(self._core.declined_records)
 
     # -- the native core ----------------------------------------------------------------------
     def _python_only(self, method: str) -> None:

@@ -238,6 +238,14 @@ class AvroDecoder:
         keep = _ENVELOPE_FIELDS if not key and _is_envelope(parsed) else None
         return _Compiled(parsed, row_decoder, table.column_names if table else None, keep)
 
+    def prepare(self, schema_id: int, rows: RowSource, *, key: bool) -> Mapping[str, Any]:
+        """Compile a schema id as the first record of that id would (same cache, same errors)
+        and return its writer schema: what the native core's Avro reader is built from."""
+        cache = self._key_compiled if key else self._compiled
+        if schema_id not in cache:
+            cache[schema_id] = self._compile(schema_id, rows, key=key)
+        return self._require_resolver().by_id(schema_id)
+
     @staticmethod
     def _read(raw: bytes, compiled: _Compiled) -> Any:
         try:

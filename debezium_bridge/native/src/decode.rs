@@ -177,6 +177,12 @@ pub struct Decoder {
     /// Topics / `db.schema.table` names whose schema-less values have a table schema in Python
     /// (those records are declined: the Python decoder applies the schema).
     pub schema_file_names: hashbrown::HashSet<String>,
+    /// Confluent Avro writer schemas handed over by the Python side, per schema id (`None`:
+    /// declined, the Python decoder reads those records).
+    avro_values: hashbrown::HashMap<u32, Option<Arc<crate::avro::AvroValue>>>,
+    avro_keys: hashbrown::HashMap<u32, Option<Arc<crate::avro::AvroKey>>>,
+    /// The key schema id a decode stopped at because it was not handed over yet.
+    pub missing_avro_key: Option<u32>,
 }
 
 /// What the caller knows of the record besides key and value.
@@ -250,7 +256,81 @@ impl Decoder {
             new_schemas: Vec::new(),
             report_schemas: false,
             schema_file_names: Default::default(),
+            avro_values: Default::default(),
+            avro_keys: Default::default(),
+            missing_avro_key: None,
         }
+    }
+
+    /// Whether the writer schema of this id (value or key) was handed over already.
+    pub fn knows_avro(&self, id: u32, key: bool) -> bool {
+        if key {
+            self.avro_keys.contains_key(&id)
+        } else {
+            self.avro_values.contains_key(&id)
+        }
+    }
+
+    /// A writer schema (JSON text) for a schema id; `None`: the Python decoder reads its records.
+    pub fn add_avro(&mut self, id: u32, key: bool, schema: Option<&str>) {
+        if key {
+            let compiled = schema
+                .and_then(|s| crate::avro::AvroKey::compile(s).ok())
+                .map(Arc::new);
+            self.avro_keys.insert(id, compiled);
+        } else {
+            let compiled = schema
+                .and_then(|s| crate::avro::AvroValue::compile(s, &self.opts).ok())
+                .map(Arc::new);
+            self.avro_values.insert(id, compiled);
+        }
+    }
+
+    /// An Avro key (or, through the JSON path, any other key) as canonical JSON in `buf`.
+    fn avro_key_into(
+        &mut self,
+        topic_id: u32,
+        raw: Option<&[u8]>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u32, u32)> {
+        let Some(raw) = raw else {
+            return self.decode_key_into(topic_id, None, buf);
+        };
+        if raw.first() != Some(&0) {
+            return self.decode_key_into(topic_id, Some(raw), buf);
+        }
+        let id = crate::avro::schema_id(raw).ok_or(Decline)?;
+        let Some(compiled) = self.avro_keys.get(&id) else {
+            self.missing_avro_key = Some(id);
+            return Err(Decline);
+        };
+        let compiled = compiled.clone().ok_or(Decline)?;
+        let start = buf.len();
+        compiled.write(raw, buf)?;
+        Ok((start as u32, buf.len() as u32))
+    }
+
+    /// One Confluent Avro value (a data event), or a decline.
+    pub fn decode_avro(&mut self, input: &Input<'_>, interner: &mut Interner) -> Result<Event> {
+        let id = crate::avro::schema_id(input.value).ok_or(Decline)?;
+        let compiled = self
+            .avro_values
+            .get(&id)
+            .ok_or(Decline)?
+            .clone()
+            .ok_or(Decline)?;
+        let mut buf: Vec<u8> = Vec::with_capacity(input.value.len() * 2 + 64);
+        let mut members = Vec::with_capacity(2 * compiled.table.columns.len());
+        let mut unavailable: Vec<Box<str>> = Vec::new();
+        let env = compiled.read(
+            input.value,
+            &self.opts,
+            &mut buf,
+            &mut members,
+            &mut unavailable,
+        )?;
+        let rows = Rows::Table(compiled.table.clone());
+        self.finish(input, env, rows, buf, members, unavailable, interner, true)
     }
 
     fn compile(&mut self, schema_raw: &str, key: bool) -> Option<Rows> {
@@ -427,6 +507,7 @@ impl Decoder {
         let value = input.value;
         match value.first() {
             Some(b'{') => {}
+            Some(0) => return self.decode_avro(input, interner),
             _ => return Err(Decline),
         }
         // (CES events have no `op`: they are declined below and go through the assembler)
@@ -453,6 +534,23 @@ impl Decoder {
             &mut members,
             &mut unavailable,
         )?;
+        self.finish(input, env, rows, buf, members, unavailable, interner, false)
+    }
+
+    /// The event of a decoded envelope (the checks of `envelope.build_event`); `avro`: the key
+    /// may be Confluent Avro and the key headers are not read (the reference's Avro path).
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &mut self,
+        input: &Input<'_>,
+        env: crate::dom::Envelope<'_>,
+        rows: Rows,
+        mut buf: Vec<u8>,
+        members: Vec<crate::value::Member>,
+        unavailable: Vec<Box<str>>,
+        interner: &mut Interner,
+        avro: bool,
+    ) -> Result<Event> {
         let op = match env.op {
             Some("c") => b'c',
             Some("u") => b'u',
@@ -481,13 +579,17 @@ impl Decoder {
                 return Err(Decline);
             }
         }
-        let key = self.decode_key_into(input.topic_id, input.key, &mut buf)?;
+        let key = if avro {
+            self.avro_key_into(input.topic_id, input.key, &mut buf)?
+        } else {
+            self.decode_key_into(input.topic_id, input.key, &mut buf)?
+        };
         let key_empty = &buf[key.0 as usize..key.1 as usize] == b"{}";
         if op == b'd' && env.before.is_none() && key_empty {
             return Err(Decline);
         }
         let mut partner_key: Option<Box<[u8]>> = None;
-        if input.has_headers {
+        if input.has_headers && !avro {
             let header = if op == b'd' {
                 input.newkey
             } else {

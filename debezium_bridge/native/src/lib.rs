@@ -8,6 +8,7 @@
 //! * [`lsn`]: LSN parsing and formatting;
 //! * [`value`]: input JSON values → canonical bytes, Python equality on them;
 //! * [`schema`]: Connect row schemas compiled to checks and converters (logical types);
+//! * [`avro`]: Confluent Avro writer schemas compiled to readers of envelopes and keys;
 //! * [`decode`]: Debezium envelopes and keys → [`event::Event`];
 //! * [`core`]: replay dedupe, ordering, release, pairing, canonical JSON lines;
 //! * `py` (feature `python`): the extension module `debezium_bridge._native`.
@@ -19,6 +20,7 @@
 //! here, whichever decoder read a record. Bad input is always declined: the reference writes
 //! its dead letter, with its stage, class and message.
 
+pub mod avro;
 pub mod core;
 pub mod decode;
 pub mod dom;

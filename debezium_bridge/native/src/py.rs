@@ -35,6 +35,9 @@ pub struct NativeCore {
     mismatch: Py<PyAny>,
     dead: Vec<Py<PyAny>>,
     native_records: i64,
+    declined_records: i64,
+    /// `avro_schema(schema_id, is_key) -> str | None`: a writer schema for the Avro reader.
+    avro_schema: Option<Py<PyAny>>,
 }
 
 fn binary_mode(name: &str) -> PyResult<BinaryMode> {
@@ -134,6 +137,57 @@ fn header_keys(headers: &Bound<'_, PyAny>) -> Result<(bool, HeaderValue, HeaderV
 }
 
 impl NativeCore {
+    /// Hand the writer schema of a Confluent Avro value or key to the decoder on its first
+    /// record (the Python side resolves and compiles it first; an exception there leaves the
+    /// id unknown, and the record declined: the Python decoder raises it again).
+    fn ensure_avro(&mut self, py: Python<'_>, raw: &[u8], key: bool) {
+        let Some(id) = crate::avro::schema_id(raw) else {
+            return;
+        };
+        if self.decoder.knows_avro(id, key) {
+            return;
+        }
+        let Some(resolve) = self.avro_schema.as_ref() else {
+            return;
+        };
+        if let Ok(schema) = resolve
+            .call1(py, (id, key))
+            .and_then(|s| s.extract::<Option<String>>(py))
+        {
+            let decoder = &mut self.decoder;
+            let done = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                decoder.add_avro(id, key, schema.as_deref())
+            }));
+            if done.is_err() {
+                self.decoder.add_avro(id, key, None);
+            }
+        }
+    }
+
+    /// Decode one record, resolving Avro writer schemas on first sight; no panic escapes.
+    fn decode_input(&mut self, py: Python<'_>, input: &Input<'_>) -> Option<Event> {
+        if input.value.first() == Some(&0) {
+            self.ensure_avro(py, input.value, false);
+        }
+        for _ in 0..2 {
+            self.decoder.missing_avro_key = None;
+            let decoder = &mut self.decoder;
+            let interner = &mut self.core.interner;
+            let decoded =
+                std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(input, interner)));
+            if let Ok(Ok(event)) = decoded {
+                return Some(event);
+            }
+            // an Avro key schema not seen yet: resolved (as the reference does, after the
+            // value was read) and the record decoded again
+            match (self.decoder.missing_avro_key.take(), input.key) {
+                (Some(_), Some(key)) => self.ensure_avro(py, key, true),
+                _ => return None,
+            }
+        }
+        None
+    }
+
     fn push_dead(&mut self, letter: Py<PyAny>) {
         self.dead.push(letter);
     }
@@ -200,11 +254,7 @@ impl NativeCore {
             newkey: newkey.as_ref().map(|v| v.as_deref()),
             oldkey: oldkey.as_ref().map(|v| v.as_deref()),
         };
-        let decoder = &mut self.decoder;
-        let interner = &mut self.core.interner;
-        let decoded =
-            std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
-        let Ok(Ok(event)) = decoded else {
+        let Some(event) = self.decode_input(py, &input) else {
             return Ok(false);
         };
         self.core.counters.records_in += 1;
@@ -439,11 +489,7 @@ impl NativeCore {
             newkey: rec.newkey.as_ref().map(|v| v.as_deref()),
             oldkey: rec.oldkey.as_ref().map(|v| v.as_deref()),
         };
-        let decoder = &mut self.decoder;
-        let interner = &mut self.core.interner;
-        let decoded =
-            std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(&input, interner)));
-        let Ok(Ok(event)) = decoded else {
+        let Some(event) = self.decode_input(py, &input) else {
             return Ok(false);
         };
         self.core.counters.records_in += 1;
@@ -482,6 +528,8 @@ impl NativeCore {
             mismatch,
             dead: Vec::new(),
             native_records: 0,
+            declined_records: 0,
+            avro_schema: None,
         })
     }
 
@@ -497,6 +545,7 @@ impl NativeCore {
         if let Ok(list) = records.cast::<PyList>() {
             for record in list.iter() {
                 if !self.native_one(py, &record)? {
+                    self.declined_records += 1;
                     self.fallback_one(py, &record)?;
                 }
             }
@@ -505,6 +554,7 @@ impl NativeCore {
         for record in records.try_iter()? {
             let record = record?;
             if !self.native_one(py, &record)? {
+                self.declined_records += 1;
                 self.fallback_one(py, &record)?;
             }
         }
@@ -564,6 +614,7 @@ impl NativeCore {
                 continue;
             }
             if !self.native_line(py, line, format, mismatch_line, this)? {
+                self.declined_records += 1;
                 let results = line_fallback.call1((PyBytes::new(py, line), this))?;
                 for item in results.try_iter()? {
                     self.take_result(py, &item?)?;
@@ -684,6 +735,18 @@ impl NativeCore {
     #[getter]
     fn native_records(&self) -> i64 {
         self.native_records
+    }
+
+    /// Records (and dump lines) the native decoder declined: the Python decoder read them.
+    #[getter]
+    fn declined_records(&self) -> i64 {
+        self.declined_records
+    }
+
+    /// The source of Confluent Avro writer schemas: `avro_schema(schema_id, is_key)` returns
+    /// the schema JSON, or `None` when the Python decoder keeps that id's records.
+    fn configure_avro(&mut self, avro_schema: Py<PyAny>) {
+        self.avro_schema = Some(avro_schema);
     }
 
     /// Schemas compiled since the last call (`v`/`k` + the schema JSON), for schema listeners.

@@ -583,6 +583,39 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
 /// The float whose shortest text of 6 to 9 significant digits reads back as the same float32
 /// (the reference's `_float32`).
 pub fn shortest_f32(v: f64) -> f64 {
+    quick_f32(v).unwrap_or_else(|| search_f32(v))
+}
+
+/// [`shortest_f32`] without formatting, where the answer is known: for `v` exactly a normal
+/// float32 `x` whose shortest round-trip text (ryu) has at most 6 significant digits, that text
+/// *is* the reference's 6-digit rounding of `x`. (It lies within half an f32 ulp of `x`, at
+/// most 2^-23·|x| ≈ 1.2e-7·|x|, while 6-digit values of `x`'s decade are 1e-5·10^E ≥ 1e-6·|x|
+/// apart, so it is the 6-digit value nearest `x`, strictly; a power of ten above `x` is on
+/// that grid too.) The reference then keeps that value if it reads back as `x`, which is
+/// checked here the same way; anything else takes the search.
+fn quick_f32(v: f64) -> Option<f64> {
+    let x = v as f32;
+    if x as f64 != v || !x.is_normal() {
+        return None;
+    }
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(x);
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    let digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    let first = digits.iter().position(|&d| d != b'0')?;
+    let last = digits.iter().rposition(|&d| d != b'0')?;
+    if last - first + 1 > 6 {
+        return None;
+    }
+    let candidate: f64 = text.parse().ok()?;
+    if (candidate as f32).to_bits() != x.to_bits() {
+        return None;
+    }
+    Some(candidate)
+}
+
+/// The reference's search: precision 6 to 9, the first text that reads back as the float32.
+fn search_f32(v: f64) -> f64 {
     let target = (v as f32).to_bits();
     for precision in 6..=9usize {
         let text = format!("{:.*e}", precision - 1, v);
@@ -622,16 +655,40 @@ pub fn write_decimal(bytes: &[u8], scale: u32, precision: u32, out: &mut Vec<u8>
     if unscaled < 0 {
         out.push(b'-');
     }
-    let digits = unscaled.unsigned_abs().to_string();
+    // the digits of |unscaled|, right-aligned, without allocating (u64 arithmetic when it fits)
+    let mut digits = [b'0'; 40];
+    let mut i = digits.len();
+    let magnitude = unscaled.unsigned_abs();
+    if let Ok(mut m) = u64::try_from(magnitude) {
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+    } else {
+        let mut m = magnitude;
+        while m > 0 {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+    }
+    let end = digits.len();
+    let len = end - i;
     let scale = scale as usize;
     if scale == 0 {
-        out.extend_from_slice(digits.as_bytes());
-    } else {
-        let padded = format!("{:0>width$}", digits, width = scale + 1);
-        let (int_part, frac) = padded.split_at(padded.len() - scale);
-        out.extend_from_slice(int_part.as_bytes());
+        out.extend_from_slice(&digits[i..]);
+    } else if len > scale {
+        out.extend_from_slice(&digits[i..end - scale]);
         out.push(b'.');
-        out.extend_from_slice(frac.as_bytes());
+        out.extend_from_slice(&digits[end - scale..]);
+    } else {
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', scale - len));
+        out.extend_from_slice(&digits[i..]);
     }
     out.push(b'"');
     Ok(())
@@ -755,11 +812,66 @@ mod tests {
         out.clear();
         write_decimal(&[0x00, 0x05], 0, 10, &mut out).unwrap();
         assert_eq!(out, b"\"5\"");
+        // Python: format_unscaled(unscaled, scale)
+        for (bytes, scale, text) in [
+            (&[0x00][..], 2, "0.00"),
+            (&[0x00][..], 0, "0"),
+            (&[0x05][..], 3, "0.005"),
+            (&[0xfb][..], 3, "-0.005"),
+            (&[0x30, 0x39][..], 2, "123.45"),
+            (&[0x30, 0x39][..], 5, "0.12345"),
+            (&[0x30, 0x39][..], 6, "0.012345"),
+            (&[0xcf, 0xc7][..], 1, "-1234.5"),
+        ] {
+            out.clear();
+            write_decimal(bytes, scale, 38, &mut out).unwrap();
+            assert_eq!(out, format!("\"{text}\"").as_bytes());
+        }
+        // 10^37 (beyond 64 bits), scale 10
+        let big = 10i128.pow(37).to_be_bytes();
+        out.clear();
+        write_decimal(&big, 10, 38, &mut out).unwrap();
+        assert_eq!(out, b"\"1000000000000000000000000000.0000000000\"");
+        let neg = (-(10i128.pow(37)) - 7).to_be_bytes();
+        out.clear();
+        write_decimal(&neg, 0, 38, &mut out).unwrap();
+        assert_eq!(out, b"\"-10000000000000000000000000000000000007\"");
     }
 
     #[test]
     fn float32() {
         assert_eq!(shortest_f32(0.1f32 as f64), 0.1);
         assert_eq!(shortest_f32(3.4028234663852886e38), 3.4028235e38);
+    }
+
+    #[test]
+    fn float32_quick_path_agrees_with_the_search() {
+        // every value the quick path answers is what the reference's search gives
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut checked = 0;
+        let mut values: Vec<f32> =
+            vec![0.1, 1.0, 10.0, 9.999_999, 1e-7, 123.45, -0.3, 1e30, 3.0e-38];
+        for _ in 0..60_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            values.push(f32::from_bits(state as u32));
+            // short decimals, as columns usually hold
+            let short = ((state >> 32) % 2_000_000) as f32 / 100.0 - 10_000.0;
+            values.push(short);
+            values.push(short * 1e-20);
+            values.push(short * 1e20);
+        }
+        for x in values {
+            if !x.is_finite() {
+                continue;
+            }
+            let v = x as f64;
+            if let Some(quick) = quick_f32(v) {
+                assert_eq!(quick.to_bits(), search_f32(v).to_bits(), "{x:e}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 50_000, "{checked}");
     }
 }

@@ -1,0 +1,1109 @@
+//! Confluent Avro values and keys (magic byte 0, 4-byte big-endian schema id, Avro binary).
+//!
+//! Writer schemas come from the Python side (`AvroDecoder.prepare`: the registry client or the
+//! offline schema file), once per schema id, after the Python decoder compiled them itself; a
+//! schema the reference refuses never reaches this module. Each is compiled here into a reader
+//! for the Debezium envelope (`before`/`after` rows, `source`, `op`, `ts_ms`, `transaction`;
+//! other fields are read past and checked) whose row columns go through the same
+//! [`schema::convert`] as the JSON path, with columns built as
+//! `formats/debezium/avro.py::column_from_avro` builds them (`connect.name`,
+//! `connect.parameters`, `connect.type`; Avro logical types ignored, values stay Connect-level).
+//!
+//! The reference is the generated Python reader (`avro_reader.py`) with fastavro behind it.
+//! Whatever this reader is not sure to read the same way is declined: varints beyond 64 bits or
+//! longer than 10 bytes, union indexes written in more than one byte or out of range, booleans
+//! other than 0/1, negative lengths, data ending early, trailing bytes, strings that are not
+//! UTF-8, non-finite floats; and at compile time nested column types (struct, array, map,
+//! unions of several types), named types it cannot resolve unambiguously, duplicate field
+//! names, envelope fields of unexpected types.
+
+use crate::jsonw;
+use crate::schema::{self, Options, Scalar, Table};
+use crate::value::{Decline, Member, Result};
+use base64::Engine;
+use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+const MAX_DEPTH: usize = 32;
+
+/// One Avro type, named references resolved.
+#[derive(Debug, Clone)]
+pub enum Node {
+    Null,
+    Bool,
+    Long,
+    Float,
+    Double,
+    Bytes,
+    Str,
+    Fixed(usize),
+    Enum(Arc<[String]>),
+    Array(Box<Node>),
+    Map(Box<Node>),
+    Record(usize),
+    Union(Vec<Node>),
+}
+
+#[derive(Debug)]
+pub struct Field {
+    pub name: String,
+    pub node: Node,
+    /// The field's `type` JSON (for the Connect view of a row column).
+    pub json: Value,
+}
+
+#[derive(Debug, Default)]
+pub struct Record {
+    pub fields: Vec<Field>,
+}
+
+/// A parsed writer schema: its records, and the top-level type.
+#[derive(Debug)]
+pub struct Parsed {
+    pub records: Vec<Record>,
+    pub top: Node,
+    /// Named types by full name (index into `named_json`).
+    full: hashbrown::HashMap<String, usize>,
+    /// Named types as `_collect_named` records them (full and short name, the last wins).
+    by_literal: hashbrown::HashMap<String, usize>,
+    named_json: Vec<Value>,
+}
+
+struct Parser {
+    records: Vec<Option<Record>>,
+    named_nodes: Vec<Node>,
+    named_json: Vec<Value>,
+    full: hashbrown::HashMap<String, usize>,
+    by_literal: hashbrown::HashMap<String, usize>,
+}
+
+fn full_name(name: &str, ns: Option<&str>) -> String {
+    match ns {
+        Some(ns) if !name.contains('.') && !ns.is_empty() => format!("{ns}.{name}"),
+        _ => name.to_string(),
+    }
+}
+
+fn namespace_of(full: &str) -> Option<&str> {
+    full.rfind('.').map(|i| &full[..i])
+}
+
+impl Parser {
+    fn primitive(name: &str) -> Option<Node> {
+        Some(match name {
+            "null" => Node::Null,
+            "boolean" => Node::Bool,
+            "int" | "long" => Node::Long,
+            "float" => Node::Float,
+            "double" => Node::Double,
+            "bytes" => Node::Bytes,
+            "string" => Node::Str,
+            _ => return None,
+        })
+    }
+
+    fn lookup(&self, name: &str, ns: Option<&str>) -> Result<Node> {
+        let found = if name.contains('.') {
+            self.full.get(name)
+        } else {
+            ns.and_then(|ns| self.full.get(&full_name(name, Some(ns))))
+                .or_else(|| self.full.get(name))
+        };
+        let i = *found.ok_or(Decline)?;
+        Ok(self.named_nodes[i].clone())
+    }
+
+    fn define(&mut self, full: &str, short: &str, node: Node, json: &Value) -> Result<()> {
+        if self.full.contains_key(full) {
+            return Err(Decline);
+        }
+        let i = self.named_nodes.len();
+        self.named_nodes.push(node);
+        self.named_json.push(json.clone());
+        self.full.insert(full.to_string(), i);
+        self.by_literal.insert(full.to_string(), i);
+        self.by_literal.insert(short.to_string(), i);
+        Ok(())
+    }
+
+    fn parse(&mut self, v: &Value, ns: Option<&str>, depth: usize) -> Result<Node> {
+        if depth > MAX_DEPTH {
+            return Err(Decline);
+        }
+        if let Some(name) = v.as_str() {
+            return match Self::primitive(name) {
+                Some(node) => Ok(node),
+                None => self.lookup(name, ns),
+            };
+        }
+        if let Some(branches) = v.as_array() {
+            let mut nodes = Vec::with_capacity(branches.len());
+            for b in branches.iter() {
+                let node = self.parse(b, ns, depth + 1)?;
+                if matches!(node, Node::Union(_)) {
+                    return Err(Decline);
+                }
+                nodes.push(node);
+            }
+            if nodes.is_empty() || nodes.len() > 63 {
+                return Err(Decline);
+            }
+            return Ok(Node::Union(nodes));
+        }
+        if !v.is_object() {
+            return Err(Decline);
+        }
+        let ty = v.get("type").ok_or(Decline)?;
+        let Some(kind) = ty.as_str() else {
+            return self.parse(ty, ns, depth + 1); // {"type": <another schema>}
+        };
+        if let Some(node) = Self::primitive(kind) {
+            return Ok(node);
+        }
+        let named = |v: &Value| -> Result<String> {
+            let name = v.get("name").and_then(|n| n.as_str()).ok_or(Decline)?;
+            let own_ns = match v.get("namespace") {
+                None => ns,
+                Some(n) if n.is_null() => ns,
+                Some(n) => Some(n.as_str().ok_or(Decline)?),
+            };
+            Ok(full_name(name, own_ns))
+        };
+        match kind {
+            "record" | "error" => {
+                let full = named(v)?;
+                let index = self.records.len();
+                self.records.push(None);
+                let py_short = v.get("name").and_then(|n| n.as_str()).unwrap_or("");
+                self.define(&full, py_short, Node::Record(index), v)?;
+                let inner_ns = namespace_of(&full).map(str::to_string);
+                let fields = v.get("fields").and_then(|f| f.as_array()).ok_or(Decline)?;
+                let mut out: Vec<Field> = Vec::with_capacity(fields.len());
+                for f in fields.iter() {
+                    let name = f.get("name").and_then(|n| n.as_str()).ok_or(Decline)?;
+                    if out.iter().any(|o| o.name == name) {
+                        return Err(Decline);
+                    }
+                    let json = f.get("type").ok_or(Decline)?;
+                    let node = self.parse(json, inner_ns.as_deref(), depth + 1)?;
+                    out.push(Field {
+                        name: name.to_string(),
+                        node,
+                        json: json.clone(),
+                    });
+                }
+                self.records[index] = Some(Record { fields: out });
+                Ok(Node::Record(index))
+            }
+            "enum" => {
+                let full = named(v)?;
+                let symbols = v.get("symbols").and_then(|s| s.as_array()).ok_or(Decline)?;
+                let mut names = Vec::with_capacity(symbols.len());
+                for s in symbols.iter() {
+                    names.push(s.as_str().ok_or(Decline)?.to_string());
+                }
+                let node = Node::Enum(names.into());
+                let py_short = v.get("name").and_then(|n| n.as_str()).unwrap_or("");
+                self.define(&full, py_short, node.clone(), v)?;
+                Ok(node)
+            }
+            "fixed" => {
+                let full = named(v)?;
+                let size = v.get("size").and_then(|s| s.as_u64()).ok_or(Decline)?;
+                let node = Node::Fixed(usize::try_from(size).map_err(|_| Decline)?);
+                let py_short = v.get("name").and_then(|n| n.as_str()).unwrap_or("");
+                self.define(&full, py_short, node.clone(), v)?;
+                Ok(node)
+            }
+            "array" => Ok(Node::Array(Box::new(self.parse(
+                v.get("items").ok_or(Decline)?,
+                ns,
+                depth + 1,
+            )?))),
+            "map" => Ok(Node::Map(Box::new(self.parse(
+                v.get("values").ok_or(Decline)?,
+                ns,
+                depth + 1,
+            )?))),
+            other => self.lookup(other, ns),
+        }
+    }
+}
+
+/// Parse a writer schema (JSON text).
+pub fn parse(text: &str) -> Result<Parsed> {
+    let v: Value = sonic_rs::from_str(text).map_err(|_| Decline)?;
+    let mut p = Parser {
+        records: Vec::new(),
+        named_nodes: Vec::new(),
+        named_json: Vec::new(),
+        full: Default::default(),
+        by_literal: Default::default(),
+    };
+    let top = p.parse(&v, None, 0)?;
+    let records = p
+        .records
+        .into_iter()
+        .map(|r| r.ok_or(Decline))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Parsed {
+        records,
+        top,
+        full: p.full,
+        by_literal: p.by_literal,
+        named_json: p.named_json,
+    })
+}
+
+// ------------------------------------------------------------------ reading
+
+/// One scalar datum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Prim<'a> {
+    Null,
+    Bool(bool),
+    Long(i64),
+    Float(f64),
+    Double(f64),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+}
+
+pub struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(data: &'a [u8], pos: usize) -> Self {
+        Cursor { data, pos }
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self.data.get(self.pos).ok_or(Decline)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// A zigzag varint of at most 10 bytes whose value fits 64 bits (the reference's limits).
+    #[inline]
+    pub fn long(&mut self) -> Result<i64> {
+        let first = self.byte()?;
+        let n = if first < 0x80 {
+            first as u64
+        } else {
+            let mut n = (first & 0x7f) as u64;
+            let mut shift = 7u32;
+            loop {
+                let b = self.byte()?;
+                if shift == 63 && b > 1 {
+                    return Err(Decline);
+                }
+                n |= ((b & 0x7f) as u64) << shift;
+                if b < 0x80 {
+                    break n;
+                }
+                shift += 7;
+                if shift > 63 {
+                    return Err(Decline);
+                }
+            }
+        };
+        Ok(((n >> 1) as i64) ^ -((n & 1) as i64))
+    }
+
+    #[inline]
+    fn span(&mut self, len: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(len).ok_or(Decline)?;
+        let s = self.data.get(self.pos..end).ok_or(Decline)?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    #[inline]
+    fn sized(&mut self) -> Result<&'a [u8]> {
+        let len = self.long()?;
+        if len < 0 {
+            return Err(Decline);
+        }
+        self.span(usize::try_from(len).map_err(|_| Decline)?)
+    }
+
+    #[inline]
+    fn string(&mut self) -> Result<&'a str> {
+        std::str::from_utf8(self.sized()?).map_err(|_| Decline)
+    }
+
+    /// A union branch index written as the reference's generated reader reads it (one byte).
+    #[inline]
+    fn branch(&mut self, count: usize) -> Result<usize> {
+        let b = self.byte()?;
+        if b >= 0x80 || b & 1 != 0 || (b >> 1) as usize >= count {
+            return Err(Decline);
+        }
+        Ok((b >> 1) as usize)
+    }
+
+    /// A scalar datum (records, arrays and maps are declined).
+    #[inline]
+    pub fn prim(&mut self, node: &Node) -> Result<Prim<'a>> {
+        Ok(match node {
+            Node::Null => Prim::Null,
+            Node::Bool => match self.byte()? {
+                0 => Prim::Bool(false),
+                1 => Prim::Bool(true),
+                _ => return Err(Decline),
+            },
+            Node::Long => Prim::Long(self.long()?),
+            Node::Float => {
+                let b = self.span(4)?;
+                let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64;
+                if !v.is_finite() {
+                    return Err(Decline);
+                }
+                Prim::Float(v)
+            }
+            Node::Double => {
+                let b = self.span(8)?;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                let v = f64::from_le_bytes(a);
+                if !v.is_finite() {
+                    return Err(Decline);
+                }
+                Prim::Double(v)
+            }
+            Node::Bytes => Prim::Bytes(self.sized()?),
+            Node::Str => Prim::Str(self.string()?),
+            Node::Fixed(n) => Prim::Bytes(self.span(*n)?),
+            Node::Enum(symbols) => {
+                let i = self.long()?;
+                let i = usize::try_from(i).map_err(|_| Decline)?;
+                let _ = symbols.get(i).ok_or(Decline)?;
+                // the symbol lives in the schema, not the data: borrowed through the caller
+                return Err(Decline);
+            }
+            Node::Union(branches) => {
+                let i = self.branch(branches.len())?;
+                let b = &branches[i];
+                if matches!(b, Node::Union(_)) {
+                    return Err(Decline);
+                }
+                self.prim(b)?
+            }
+            Node::Array(_) | Node::Map(_) | Node::Record(_) => return Err(Decline),
+        })
+    }
+
+    /// Past one datum, checking it as the reference's reader checks what it skips.
+    pub fn skip(&mut self, node: &Node, records: &[Record], depth: usize) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(Decline);
+        }
+        match node {
+            Node::Null => {}
+            Node::Bool => {
+                if self.byte()? > 1 {
+                    return Err(Decline);
+                }
+            }
+            Node::Long => {
+                self.long()?;
+            }
+            Node::Float => {
+                self.span(4)?;
+            }
+            Node::Double => {
+                self.span(8)?;
+            }
+            Node::Bytes => {
+                self.sized()?;
+            }
+            Node::Str => {
+                self.string()?;
+            }
+            Node::Fixed(n) => {
+                self.span(*n)?;
+            }
+            Node::Enum(symbols) => {
+                let i = self.long()?;
+                if i < 0 || i as u64 >= symbols.len() as u64 {
+                    return Err(Decline);
+                }
+            }
+            Node::Union(branches) => {
+                let i = self.branch(branches.len())?;
+                self.skip(&branches[i], records, depth + 1)?;
+            }
+            Node::Record(r) => {
+                for f in &records[*r].fields {
+                    self.skip(&f.node, records, depth + 1)?;
+                }
+            }
+            Node::Array(item) | Node::Map(item) => loop {
+                let mut count = self.long()?;
+                if count == 0 {
+                    break;
+                }
+                if count < 0 {
+                    count = count.checked_neg().ok_or(Decline)?;
+                    self.long()?;
+                }
+                for _ in 0..count {
+                    if matches!(node, Node::Map(_)) {
+                        self.string()?;
+                    }
+                    self.skip(item, records, depth + 1)?;
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+/// An enum datum: its symbol.
+fn enum_symbol<'s>(cur: &mut Cursor<'_>, symbols: &'s [String]) -> Result<&'s str> {
+    let i = usize::try_from(cur.long()?).map_err(|_| Decline)?;
+    symbols.get(i).map(String::as_str).ok_or(Decline)
+}
+
+/// A scalar of a field, an enum symbol included (as a string).
+#[inline]
+fn scalar_of<'a: 'r, 's: 'r, 'r>(cur: &mut Cursor<'a>, node: &'s Node) -> Result<Prim<'r>> {
+    match node {
+        Node::Enum(symbols) => Ok(Prim::Str(enum_symbol(cur, symbols)?)),
+        Node::Union(branches) => {
+            let i = cur.branch(branches.len())?;
+            match &branches[i] {
+                Node::Enum(symbols) => Ok(Prim::Str(enum_symbol(cur, symbols)?)),
+                Node::Union(_) => Err(Decline),
+                b => cur.prim(b),
+            }
+        }
+        _ => cur.prim(node),
+    }
+}
+
+// ------------------------------------------------------------------ compiled schemas
+
+#[derive(Debug, Clone, Copy)]
+enum SourceRole {
+    Version,
+    Connector,
+    Name,
+    TsMs,
+    Snapshot,
+    Db,
+    Schema,
+    Table,
+    ChangeLsn,
+    CommitLsn,
+    Serial,
+    Skip,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TxRole {
+    Id,
+    Total,
+    Dco,
+    Skip,
+}
+
+#[derive(Debug)]
+enum Role {
+    Before,
+    After,
+    Source(usize, Vec<SourceRole>),
+    Op,
+    TsMs,
+    Tx(usize, Vec<TxRole>),
+    Skip,
+}
+
+/// A compiled Debezium envelope schema.
+pub struct AvroValue {
+    parsed: Parsed,
+    roles: Vec<Role>,
+    row: usize,
+    /// Each row column's name as JSON text (quoted, escaped), written once here.
+    names: Vec<Vec<u8>>,
+    pub table: Arc<Table>,
+}
+
+/// A compiled key schema (a record of scalar fields).
+pub struct AvroKey {
+    parsed: Parsed,
+    record: usize,
+}
+
+/// `[null, X]`, `[X, null]` or `X` → (X, optional).
+fn non_null(node: &Node) -> Option<&Node> {
+    match node {
+        Node::Union(b) if b.len() == 2 => match (&b[0], &b[1]) {
+            (Node::Null, x) | (x, Node::Null) if !matches!(x, Node::Null) => Some(x),
+            _ => None,
+        },
+        Node::Union(_) => None,
+        x => Some(x),
+    }
+}
+
+/// Whether every datum of `node` is a scalar [`scalar_of`] reads.
+fn is_scalar(node: &Node) -> bool {
+    match node {
+        Node::Array(_) | Node::Map(_) | Node::Record(_) => false,
+        Node::Union(b) => b.iter().all(is_scalar),
+        _ => true,
+    }
+}
+
+fn optional_record(node: &Node) -> Option<usize> {
+    match non_null(node)? {
+        Node::Record(r) => Some(*r),
+        _ => None,
+    }
+}
+
+/// `str(v)` of a JSON value as the reference writes parameters: text and integers only.
+fn param_text(v: &Value) -> Result<String> {
+    if let Some(s) = v.as_str() {
+        return Ok(s.to_string());
+    }
+    if v.is_number() && !v.is_f64() {
+        if let Some(i) = v.as_i64() {
+            return Ok(i.to_string());
+        }
+        if let Some(u) = v.as_u64() {
+            return Ok(u.to_string());
+        }
+    }
+    Err(Decline)
+}
+
+impl Parsed {
+    /// The named definition `_collect_named` finds for a type-name string; declined when that
+    /// name could mean more than one definition (the reader and the reference might differ).
+    fn literal_json(&self, name: &str) -> Result<&Value> {
+        let i = *self.by_literal.get(name).ok_or(Decline)?;
+        if !name.contains('.') {
+            let suffix = format!(".{name}");
+            let n = self
+                .full
+                .keys()
+                .filter(|k| k.as_str() == name || k.ends_with(&suffix))
+                .count();
+            if n != 1 {
+                return Err(Decline);
+            }
+        }
+        Ok(&self.named_json[i])
+    }
+}
+
+/// The Connect column of one row field (`column_from_avro`).
+fn column_of(parsed: &Parsed, field: &Field, opts: &Options) -> Result<schema::Column> {
+    let inner = non_null(&field.node).ok_or(Decline)?;
+    if matches!(
+        inner,
+        Node::Record(_) | Node::Array(_) | Node::Map(_) | Node::Union(_) | Node::Null
+    ) {
+        return Err(Decline); // nested values: the reference decides
+    }
+    // the JSON of the non-null branch
+    let mut json = &field.json;
+    if let Some(branches) = json.as_array() {
+        let non_null: Vec<&Value> = branches
+            .iter()
+            .filter(|b| b.as_str() != Some("null"))
+            .collect();
+        if non_null.len() != 1 {
+            return Err(Decline);
+        }
+        json = non_null[0];
+    }
+    if let Some(name) = json.as_str() {
+        if Parser::primitive(name).is_none() {
+            json = parsed.literal_json(name)?;
+        }
+    }
+    let (connect_type, semantic, params): (&str, Option<&str>, Vec<(String, String)>) =
+        if json.is_object() {
+            let ty = json.get("type").and_then(|t| t.as_str()).ok_or(Decline)?;
+            let annotation = json.get("connect.type");
+            let connect_type = match annotation {
+                Some(a) if ty == "int" => match a.as_str() {
+                    Some("int8") => "int8",
+                    Some("int16") => "int16",
+                    _ => return Err(Decline),
+                },
+                _ => avro_to_connect(ty)?,
+            };
+            let semantic = match json.get("connect.name") {
+                None => None,
+                Some(s) if s.is_null() => None,
+                Some(s) => Some(s.as_str().ok_or(Decline)?),
+            };
+            let mut params = Vec::new();
+            match json.get("connect.parameters") {
+                None => {}
+                Some(p) if p.is_null() => {}
+                Some(p) => {
+                    let obj = p.as_object().ok_or(Decline)?;
+                    for (k, v) in obj.iter() {
+                        params.push((k.to_string(), param_text(v)?));
+                    }
+                }
+            }
+            if semantic == Some("org.apache.kafka.connect.data.Decimal")
+                && !params.iter().any(|(k, _)| k == "scale")
+            {
+                let scale = match json.get("scale") {
+                    None => "0".to_string(),
+                    Some(s) => param_text(s)?,
+                };
+                params.push(("scale".to_string(), scale));
+            }
+            (connect_type, semantic, params)
+        } else {
+            let ty = json.as_str().ok_or(Decline)?;
+            (avro_to_connect(ty)?, None, Vec::new())
+        };
+    if matches!(connect_type, "struct" | "array" | "map") {
+        return Err(Decline);
+    }
+    schema::column(&field.name, connect_type, semantic, &params, opts)
+}
+
+fn avro_to_connect(ty: &str) -> Result<&'static str> {
+    Ok(match ty {
+        "int" => "int32",
+        "long" => "int64",
+        "float" => "float32",
+        "double" => "float64",
+        "boolean" => "boolean",
+        "string" | "enum" => "string",
+        "bytes" | "fixed" => "bytes",
+        _ => return Err(Decline),
+    })
+}
+
+fn source_roles(rec: &Record) -> Result<Vec<SourceRole>> {
+    let mut roles = Vec::with_capacity(rec.fields.len());
+    for f in &rec.fields {
+        let role = match f.name.as_str() {
+            "version" => SourceRole::Version,
+            "connector" => SourceRole::Connector,
+            "name" => SourceRole::Name,
+            "ts_ms" => SourceRole::TsMs,
+            "snapshot" => SourceRole::Snapshot,
+            "db" => SourceRole::Db,
+            "schema" => SourceRole::Schema,
+            "table" => SourceRole::Table,
+            "change_lsn" => SourceRole::ChangeLsn,
+            "commit_lsn" => SourceRole::CommitLsn,
+            "event_serial_no" => SourceRole::Serial,
+            _ => SourceRole::Skip,
+        };
+        if !matches!(role, SourceRole::Skip) && !is_scalar(&f.node) {
+            return Err(Decline);
+        }
+        roles.push(role);
+    }
+    Ok(roles)
+}
+
+fn tx_roles(rec: &Record) -> Result<Vec<TxRole>> {
+    let mut roles = Vec::with_capacity(rec.fields.len());
+    let mut id = false;
+    for f in &rec.fields {
+        let role = match f.name.as_str() {
+            "id" => {
+                id = true;
+                TxRole::Id
+            }
+            "total_order" => TxRole::Total,
+            "data_collection_order" => TxRole::Dco,
+            _ => TxRole::Skip,
+        };
+        if !matches!(role, TxRole::Skip) && !is_scalar(&f.node) {
+            return Err(Decline);
+        }
+        roles.push(role);
+    }
+    if !id {
+        return Err(Decline);
+    }
+    Ok(roles)
+}
+
+impl AvroValue {
+    /// Compile an envelope writer schema (JSON); `Err` for anything but a Debezium envelope
+    /// whose rows this module reads.
+    pub fn compile(text: &str, opts: &Options) -> Result<AvroValue> {
+        let parsed = parse(text)?;
+        let Node::Record(top) = parsed.top else {
+            return Err(Decline);
+        };
+        let mut roles = Vec::new();
+        let mut row: Option<usize> = None;
+        let mut has_op = false;
+        for f in &parsed.records[top].fields {
+            let role = match f.name.as_str() {
+                "before" | "after" => {
+                    let r = optional_record(&f.node).ok_or(Decline)?;
+                    if row.is_some_and(|q| q != r) {
+                        return Err(Decline);
+                    }
+                    row = Some(r);
+                    if f.name == "before" {
+                        Role::Before
+                    } else {
+                        Role::After
+                    }
+                }
+                "source" => {
+                    let r = optional_record(&f.node).ok_or(Decline)?;
+                    Role::Source(r, source_roles(&parsed.records[r])?)
+                }
+                "op" => {
+                    has_op = true;
+                    if !is_scalar(&f.node) {
+                        return Err(Decline);
+                    }
+                    Role::Op
+                }
+                "ts_ms" => {
+                    if !is_scalar(&f.node) {
+                        return Err(Decline);
+                    }
+                    Role::TsMs
+                }
+                "transaction" => {
+                    let r = optional_record(&f.node).ok_or(Decline)?;
+                    Role::Tx(r, tx_roles(&parsed.records[r])?)
+                }
+                _ => Role::Skip,
+            };
+            roles.push(role);
+        }
+        if !has_op {
+            return Err(Decline); // side records: the reference's
+        }
+        let row = row.ok_or(Decline)?;
+        let mut columns = Vec::new();
+        for f in &parsed.records[row].fields {
+            columns.push(column_of(&parsed, f, opts)?);
+        }
+        let names = parsed.records[row]
+            .fields
+            .iter()
+            .map(|f| {
+                let mut name = Vec::with_capacity(f.name.len() + 2);
+                jsonw::write_str(&mut name, &f.name);
+                name
+            })
+            .collect();
+        Ok(AvroValue {
+            parsed,
+            roles,
+            row,
+            names,
+            table: Arc::new(Table::new(columns)),
+        })
+    }
+}
+
+impl AvroKey {
+    pub fn compile(text: &str) -> Result<AvroKey> {
+        let parsed = parse(text)?;
+        let Node::Record(record) = parsed.top else {
+            return Err(Decline);
+        };
+        if !parsed.records[record]
+            .fields
+            .iter()
+            .all(|f| is_scalar(&f.node))
+        {
+            return Err(Decline);
+        }
+        Ok(AvroKey { parsed, record })
+    }
+
+    /// The key datum (after the 5-byte header) as the reference's key JSON (`msgspec` of the
+    /// datum's dict: values as read, bytes as standard base64).
+    pub fn write(&self, data: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        let mut cur = Cursor::new(data, 5);
+        out.push(b'{');
+        for (i, f) in self.parsed.records[self.record].fields.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            jsonw::write_str(out, &f.name);
+            out.push(b':');
+            match scalar_of(&mut cur, &f.node)? {
+                Prim::Null => out.extend_from_slice(b"null"),
+                Prim::Bool(true) => out.extend_from_slice(b"true"),
+                Prim::Bool(false) => out.extend_from_slice(b"false"),
+                Prim::Long(v) => jsonw::write_i64(out, v),
+                Prim::Float(v) | Prim::Double(v) => {
+                    if !jsonw::write_f64(out, v) {
+                        return Err(Decline);
+                    }
+                }
+                Prim::Str(s) => jsonw::write_str(out, s),
+                Prim::Bytes(b) => {
+                    out.push(b'"');
+                    out.extend_from_slice(
+                        base64::engine::general_purpose::STANDARD
+                            .encode(b)
+                            .as_bytes(),
+                    );
+                    out.push(b'"');
+                }
+            }
+        }
+        out.push(b'}');
+        if cur.pos != data.len() {
+            return Err(Decline);
+        }
+        Ok(())
+    }
+}
+
+fn opt_str<'a>(p: Prim<'a>) -> Result<Option<&'a str>> {
+    match p {
+        Prim::Null => Ok(None),
+        Prim::Str(s) => Ok(Some(s)),
+        _ => Err(Decline),
+    }
+}
+
+fn opt_int(p: Prim<'_>) -> Result<Option<i64>> {
+    match p {
+        Prim::Null => Ok(None),
+        Prim::Long(v) => Ok(Some(v)),
+        _ => Err(Decline),
+    }
+}
+
+impl AvroValue {
+    /// One envelope datum (the value after its 5-byte header): images written to `out`.
+    pub fn read<'a>(
+        &'a self,
+        data: &'a [u8],
+        opts: &Options,
+        out: &mut Vec<u8>,
+        members: &mut Vec<Member>,
+        gone: &mut Vec<Box<str>>,
+    ) -> Result<crate::dom::Envelope<'a>> {
+        let mut cur = Cursor::new(data, 5);
+        let records = &self.parsed.records;
+        let top = match self.parsed.top {
+            Node::Record(r) => r,
+            _ => return Err(Decline),
+        };
+        let mut env = crate::dom::Envelope {
+            before: None,
+            after: None,
+            source: None,
+            op: None,
+            ts_ms: None,
+            transaction: None,
+        };
+        for (f, role) in records[top].fields.iter().zip(&self.roles) {
+            match role {
+                Role::Before | Role::After => {
+                    let image = if self.present(&mut cur, &f.node)? {
+                        Some(self.row(&mut cur, opts, out, members, gone)?)
+                    } else {
+                        None
+                    };
+                    if matches!(role, Role::Before) {
+                        env.before = image;
+                    } else {
+                        env.after = image;
+                    }
+                }
+                Role::Source(r, roles) => {
+                    if !self.present(&mut cur, &f.node)? {
+                        continue;
+                    }
+                    let mut s = crate::dom::Source::default();
+                    for (sf, role) in records[*r].fields.iter().zip(roles) {
+                        if matches!(role, SourceRole::Skip) {
+                            cur.skip(&sf.node, records, 0)?;
+                            continue;
+                        }
+                        let p = scalar_of(&mut cur, &sf.node)?;
+                        match role {
+                            SourceRole::Version => s.version = opt_str(p)?,
+                            SourceRole::Connector => s.connector = opt_str(p)?,
+                            SourceRole::Name => s.name = opt_str(p)?,
+                            SourceRole::TsMs => s.ts_ms = opt_int(p)?,
+                            SourceRole::Snapshot => {
+                                s.snapshot = match p {
+                                    Prim::Null => None,
+                                    Prim::Bool(b) => Some(Err(b)),
+                                    Prim::Str(t) => Some(Ok(t)),
+                                    _ => return Err(Decline),
+                                }
+                            }
+                            SourceRole::Db => s.db = opt_str(p)?,
+                            SourceRole::Schema => s.schema = opt_str(p)?,
+                            SourceRole::Table => s.table = opt_str(p)?,
+                            SourceRole::ChangeLsn => s.change_lsn = opt_str(p)?,
+                            SourceRole::CommitLsn => s.commit_lsn = opt_str(p)?,
+                            SourceRole::Serial => s.event_serial_no = opt_int(p)?,
+                            SourceRole::Skip => {}
+                        }
+                    }
+                    env.source = Some(s);
+                }
+                Role::Op => env.op = opt_str(scalar_of(&mut cur, &f.node)?)?,
+                Role::TsMs => env.ts_ms = opt_int(scalar_of(&mut cur, &f.node)?)?,
+                Role::Tx(r, roles) => {
+                    if !self.present(&mut cur, &f.node)? {
+                        continue;
+                    }
+                    let (mut id, mut total, mut dco) = (None, None, None);
+                    for (tf, role) in records[*r].fields.iter().zip(roles) {
+                        if matches!(role, TxRole::Skip) {
+                            cur.skip(&tf.node, records, 0)?;
+                            continue;
+                        }
+                        let p = scalar_of(&mut cur, &tf.node)?;
+                        match role {
+                            TxRole::Id => id = Some(opt_str(p)?.ok_or(Decline)?),
+                            TxRole::Total => total = opt_int(p)?,
+                            TxRole::Dco => dco = opt_int(p)?,
+                            TxRole::Skip => {}
+                        }
+                    }
+                    env.transaction = Some(crate::dom::Tx {
+                        id: id.ok_or(Decline)?,
+                        total_order: total,
+                        data_collection_order: dco,
+                    });
+                }
+                Role::Skip => cur.skip(&f.node, records, 0)?,
+            }
+        }
+        if cur.pos != data.len() {
+            return Err(Decline);
+        }
+        Ok(env)
+    }
+
+    /// The union branch of an optional record: `false` for null.
+    #[inline]
+    fn present(&self, cur: &mut Cursor<'_>, node: &Node) -> Result<bool> {
+        match node {
+            Node::Union(b) => {
+                let i = cur.branch(b.len())?;
+                Ok(!matches!(b[i], Node::Null))
+            }
+            _ => Ok(true),
+        }
+    }
+
+    /// One row image, canonical, as `dom::image` writes a schema-ful one.
+    fn row(
+        &self,
+        cur: &mut Cursor<'_>,
+        opts: &Options,
+        out: &mut Vec<u8>,
+        members: &mut Vec<Member>,
+        gone: &mut Vec<Box<str>>,
+    ) -> Result<crate::parse::ImageAt> {
+        let start = out.len();
+        let first_member = members.len();
+        let mut text_gone: Vec<usize> = Vec::new();
+        let mut binary_gone: Vec<usize> = Vec::new();
+        out.push(b'{');
+        let fields = &self.parsed.records[self.row].fields;
+        let columns = fields.iter().zip(&self.table.columns).zip(&self.names);
+        for (i, ((f, col), name)) in columns.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let name_start = out.len();
+            out.extend_from_slice(name);
+            let name_end = out.len();
+            out.push(b':');
+            let value_start = out.len();
+            let p = scalar_of(cur, &f.node)?;
+            let is_gone = match p {
+                Prim::Bytes(b) => {
+                    if col.marker != schema::Marker::Binary {
+                        return Err(Decline);
+                    }
+                    if b == opts.placeholder.as_bytes() {
+                        out.extend_from_slice(b"null");
+                        true
+                    } else {
+                        match col.conv {
+                            schema::Conv::Base64Bytes => {
+                                out.push(b'"');
+                                out.extend_from_slice(
+                                    base64::engine::general_purpose::STANDARD
+                                        .encode(b)
+                                        .as_bytes(),
+                                );
+                                out.push(b'"');
+                            }
+                            schema::Conv::Decimal { scale, precision } => {
+                                schema::write_decimal(b, scale, precision, out)?
+                            }
+                            _ => return Err(Decline),
+                        }
+                        false
+                    }
+                }
+                other => {
+                    let s = match other {
+                        Prim::Null => Scalar::Null,
+                        Prim::Bool(b) => Scalar::Bool(b),
+                        Prim::Long(v) => Scalar::Int(v),
+                        Prim::Float(v) | Prim::Double(v) => Scalar::Float(v),
+                        Prim::Str(t) => Scalar::Str(Cow::Borrowed(t)),
+                        Prim::Bytes(_) => return Err(Decline),
+                    };
+                    schema::convert(col, s, opts, out)?
+                }
+            };
+            if is_gone {
+                if col.marker == schema::Marker::Text {
+                    text_gone.push(i);
+                } else {
+                    binary_gone.push(i);
+                }
+            }
+            members.push(Member {
+                name: (name_start as u32 + 1, name_end as u32 - 1),
+                value: (value_start as u32, out.len() as u32),
+            });
+        }
+        out.push(b'}');
+        for i in text_gone.into_iter().chain(binary_gone) {
+            let name: Box<str> = self.table.columns[i].name.as_str().into();
+            if !gone.contains(&name) {
+                gone.push(name);
+            }
+        }
+        Ok(crate::parse::ImageAt {
+            span: (start as u32, out.len() as u32),
+            members: (first_member as u32, members.len() as u32),
+        })
+    }
+}
+
+/// The schema id of a Confluent wire-format datum.
+pub fn schema_id(raw: &[u8]) -> Option<u32> {
+    if raw.len() < 5 || raw[0] != 0 {
+        return None;
+    }
+    Some(u32::from_be_bytes([raw[1], raw[2], raw[3], raw[4]]))
+}
