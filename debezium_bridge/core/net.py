@@ -20,9 +20,10 @@ window, carrying the key's final state:
   it stays in ``unavailable_columns`` only when the window never saw its value. A key change
   moves the row: such a column takes the old key's value; when the window never saw that
   either, the new key's record names the key whose row was moved (``old_key``,
-  ``key_changed``) and comes first, before any record that changes that row, so that an
-  applier takes the value from the row as it was before the window (:func:`apply_changes`
-  does);
+  ``key_changed``), and an applier takes the value from that key's row as it was before the
+  window. Net changes are applied as one set, as a ``MERGE`` does (:func:`apply_net_changes`):
+  keys may rotate inside a window (1→4, 8→1, 4→8), so no order of the records lets a
+  one-at-a-time applier read every moved row before another record overwrites it;
 * ``position``, ``seq`` and ``commit_ts`` are those of the key's last change in the window.
 
 Snapshot reads, truncates and upserts are not changes of a window and are counted as
@@ -128,8 +129,8 @@ def windows_ending_at(ends: Sequence[str | bytes], start: str | bytes | None = N
 
 
 __all__ = ["NET_MODES", "OPERATION", "NetChanges", "NetCounters", "NetMode", "Window",
-           "apply_changes", "consecutive_windows", "decrement_lsn", "increment_lsn",
-           "net_changes", "net_rows", "windows_ending_at"]
+           "apply_changes", "apply_net_changes", "consecutive_windows", "decrement_lsn",
+           "increment_lsn", "net_changes", "net_rows", "windows_ending_at"]
 
 
 # --------------------------------------------------------------------------- computing
@@ -383,6 +384,30 @@ def apply_changes(state: MutableMapping[tuple[str, bytes], dict[str, Any]],
         if change.op == "delete":
             state.pop(ident, None)
             continue
+        row = dict(change.after or {})
+        for column in change.unavailable_columns:
+            if previous is not None and column in previous and row.get(column) is None:
+                row[column] = previous[column]
+        state[ident] = row
+    return state
+
+
+def apply_net_changes(state: MutableMapping[tuple[str, bytes], dict[str, Any]],
+                      changes: Iterable[ChangeRecord]) -> MutableMapping[tuple[str, bytes],
+                                                                         dict[str, Any]]:
+    """Apply one window's net changes (one record per key) as a set, as a ``MERGE`` does: every
+    record reads the table as it was before the window, so a record with ``old_key`` takes the
+    columns it did not send from that key's row before the window, whatever the window's other
+    records do to that key. A moved key that ends absent has a delete record of its own."""
+    before = dict(state)
+    for change in changes:
+        ident = (change.table_id, key_identity(change.key))
+        if change.op == "delete":
+            state.pop(ident, None)
+            continue
+        source = change.old_key if change.key_changed and change.old_key is not None else None
+        previous = before.get((change.table_id, key_identity(source)) if source is not None
+                              else ident)
         row = dict(change.after or {})
         for column in change.unavailable_columns:
             if previous is not None and column in previous and row.get(column) is None:

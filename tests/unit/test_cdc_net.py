@@ -18,6 +18,8 @@ import pytest
 from debezium_bridge.core.net import (
     NetChanges,
     Window,
+    apply_changes,
+    apply_net_changes,
     consecutive_windows,
     net_changes,
     net_rows,
@@ -183,6 +185,31 @@ def test_unchanged_lob_keeps_the_value_the_window_saw(tmp_path: Path) -> None:
     [net] = net_changes(_changes(rows, tmp_path))
     assert net.op == "insert" and net.after is not None and net.after["notes"] == "long"
     assert net.unavailable_columns == []
+
+
+def test_keys_rotated_inside_a_window_keep_their_unsent_columns(tmp_path: Path) -> None:
+    """Keys 1 and 8 swap rows through key 4 in one transaction (1→4, 8→1, 4→8: three updates of
+    the key column, each a 3/4 pair), the nvarchar(max) ``notes`` unchanged and so not sent.
+    The window's net changes, applied as one set to the table before the window, give the
+    table after it: key 1 holds 8's row and key 8 holds 1's, ``notes`` included (the values
+    the window never saw come from the moved rows as they were before the window)."""
+    key = mask_hex([1])
+    rows = [row(T1 + 0x10, T1 + 2, 2, ALL, **_r(1, notes="one")),
+            row(T1 + 0x10, T1 + 4, 2, ALL, **_r(8, notes="eight")),
+            row(T2 + 0x10, T2 + 2, 3, key, **_r(1, notes=None)),             # 1 → 4
+            row(T2 + 0x10, T2 + 2, 4, key, **_r(4, name="n1", notes=None)),
+            row(T2 + 0x10, T2 + 4, 3, key, **_r(8, notes=None)),             # 8 → 1
+            row(T2 + 0x10, T2 + 4, 4, key, **_r(1, name="n8", notes=None)),
+            row(T2 + 0x10, T2 + 6, 3, key, **_r(4, name="n1", notes=None)),  # 4 → 8
+            row(T2 + 0x10, T2 + 6, 4, key, **_r(8, name="n1", notes=None))]
+    changes = _changes(rows, tmp_path)
+    before = apply_changes({}, [c for c in changes if c.op == "insert"])  # T1
+    assert {k[1]: v["notes"] for k, v in before.items()} == {b'{"id":1}': "one",
+                                                             b'{"id":8}': "eight"}
+    window = Window.of(_lsn(T2), _lsn(T2))
+    after = apply_net_changes(dict(before), net_changes(changes, window))
+    assert {k[1]: (v["name"], v["notes"]) for k, v in after.items()} == {
+        b'{"id":1}': ("n8", "eight"), b'{"id":8}': ("n1", "one")}
 
 
 def test_net_changes_from_debezium_input() -> None:

@@ -26,7 +26,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from debezium_bridge.core.net import NetChanges, Window, apply_changes
+from debezium_bridge.core.net import NetChanges, Window, apply_net_changes
 from debezium_bridge.core.pipeline import Pipeline
 from debezium_bridge.formats.canonical import to_dict
 from debezium_bridge.formats.debezium.avro import AvroDecoder
@@ -152,7 +152,7 @@ def test_a_net_changes_applied_to_the_state_before_give_the_state_after(
     b = data.draw(st.integers(a, len(commits) - 1))
     window = Window(_lsn_bytes(commits[a]), _lsn_bytes(commits[b]))
     before = _state(model.state_at(commits[a - 1] if a else None))
-    applied = apply_changes(before, _net(changes, window, mode))
+    applied = apply_net_changes(before, _net(changes, window, mode))
     assert applied == _state(model.state_at(commits[b]))
 
 
@@ -169,10 +169,10 @@ def test_b_consecutive_windows_compose(model: CdcModel, data: st.DataObject) -> 
     first = Window(_lsn_bytes(commits[a]), _lsn_bytes(b_lsn))
     whole = Window(_lsn_bytes(commits[a]), _lsn_bytes(commits[c]))
     start = _state(model.state_at(commits[a - 1] if a else None))
-    in_turn = apply_changes(dict(start), _net(changes, first))
+    in_turn = apply_net_changes(dict(start), _net(changes, first))
     if c > b:  # [increment_lsn(b), c] is a window (empty when c == b)
-        in_turn = apply_changes(in_turn, _net(changes, first.next(_lsn_bytes(commits[c]))))
-    at_once = apply_changes(dict(start), _net(changes, whole))
+        in_turn = apply_net_changes(in_turn, _net(changes, first.next(_lsn_bytes(commits[c]))))
+    at_once = apply_net_changes(dict(start), _net(changes, whole))
     expected = _state(model.state_at(commits[c]))
     assert at_once == expected
     assert in_turn == expected
