@@ -222,6 +222,13 @@ class Unit:
         delivering = {r.partition for r in records}
         if delivering.isdisjoint(self.at_end):
             return
+        # The delivering partitions themselves count again before any record of the batch is
+        # taken: a batch holds each partition's records one partition after the other, and an
+        # idle partition still waiting for its turn would let the first one's records be
+        # released past its own.
+        for partition in delivering & self.idle:
+            self.translator.mark_active((self.topic, partition))
+            self.idle.discard(partition)
         now = time.monotonic()
         for partition in self.at_end - delivering:
             if partition in self.idle:

@@ -405,3 +405,24 @@ def test_partitions_woken_by_another_wait_the_idle_timeout_again() -> None:
     counters = unit.translator.counters
     assert counters.late == 0
     assert counters.key_changes_paired == key_changes
+
+
+def test_idle_partitions_delivering_in_one_batch_all_count_before_its_first_record() -> None:
+    """After an idle period a burst reaches every partition, and one consumer batch holds all
+    of it, one partition after the other (as the consumer hands out what it fetched). The
+    partitions later in the batch must hold back the release of the first one's records."""
+    records, key_changes = _burst()
+    unit = _unit()
+    cut = len(records) // 3
+    unit.process(records[:cut])
+    for p in range(3):
+        unit.reached_end(p, unit.position[p])
+    unit.last_seen.update(dict.fromkeys(range(3), 0.0))
+    _go_idle(unit, [0, 1, 2], 10, time.monotonic())  # all quiet for long
+    unit.drain()
+    burst = records[cut:]
+    unit.process(sorted(burst, key=lambda r: r.partition))  # one batch, partition by partition
+    _finish(unit, records, time.monotonic() + 60)
+    counters = unit.translator.counters
+    assert counters.late == 0
+    assert counters.key_changes_paired == key_changes
