@@ -111,12 +111,19 @@ class Unit:
         self.not_rewritten = 0
         """Records of this topic found already written during recovery (not written again)."""
         self.last_seen: dict[int, float] = {}
+        """When each partition last delivered (or was woken by another one, see :meth:`_wake`):
+        the start of its quiet period."""
         self.at_end: set[int] = set()
         """Partitions whose end of partition was reported (and that delivered nothing since)."""
         self.idle: set[int] = set()
         self.reprobe: set[int] = set()
         """Partitions whose end must be confirmed afresh (the runner seeks them to their
         position, which makes the consumer report the end again)."""
+        self.probed: set[int] = set()
+        """Partitions quiet for the idle timeout whose end is being confirmed by a seek made
+        after that (:meth:`check_idle`)."""
+        self.confirmed: set[int] = set()
+        """Probed partitions whose end was reported after the seek: idle."""
         self.held_ends: OrderedDict[bytes, int] = OrderedDict()
         self.end_horizon: str | None = None
         """Commit (20 hex digits) of the first transaction END offered in this life."""
@@ -195,6 +202,8 @@ class Unit:
         for partition in {r.partition for r in records}:
             self.at_end.discard(partition)
             self.idle.discard(partition)
+            self.probed.discard(partition)
+            self.confirmed.discard(partition)
         if counters.late != late and log.isEnabledFor(logging.DEBUG):
             log.debug("%s: %d late event(s) in a batch of %s; idle %s, at end %s, released up "
                       "to commit %s", self.topic, counters.late - late,
@@ -206,17 +215,29 @@ class Unit:
     def _wake(self, records: list[RawRecord]) -> None:
         """A partition that was at its end delivers again: new records were written to the
         topic, and the other partitions' ends are old news (their new records may just not be
-        fetched yet). Each of them counts in the watermark again until its end is reported
-        afresh (then it is idle again at once if its last record is older than the idle
-        timeout: its end was confirmed after the new records of the others were written)."""
+        written or fetched yet: a producer writes each partition's batches independently, so
+        one partition's records of a transaction may land well after another's). Each of them
+        counts in the watermark again, and its quiet period starts afresh now: it is idle again
+        only once it has been at its end for the idle timeout once more (:meth:`check_idle`)."""
         delivering = {r.partition for r in records}
         if delivering.isdisjoint(self.at_end):
             return
+        # The delivering partitions themselves count again before any record of the batch is
+        # taken: a batch holds each partition's records one partition after the other, and an
+        # idle partition still waiting for its turn would let the first one's records be
+        # released past its own.
+        for partition in delivering & self.idle:
+            self.translator.mark_active((self.topic, partition))
+            self.idle.discard(partition)
+        now = time.monotonic()
         for partition in self.at_end - delivering:
             if partition in self.idle:
                 self.translator.mark_active((self.topic, partition))
                 self.idle.discard(partition)
             self.reprobe.add(partition)
+            self.last_seen[partition] = now
+            self.probed.discard(partition)
+            self.confirmed.discard(partition)
         self.at_end -= self.reprobe
         log.debug("%s: %s delivering again; ends to confirm: %s", self.topic,
                   sorted(delivering), sorted(self.reprobe))
@@ -271,20 +292,36 @@ class Unit:
 
     def reached_end(self, partition: int, offset: int) -> None:
         """The consumer reported the end of ``partition`` at ``offset`` (ignored while a fresh
-        report is awaited)."""
+        report is awaited: the partition is still to be sought)."""
         if offset >= self.position.get(partition, 0) and partition not in self.reprobe:
             self.at_end.add(partition)
+            if partition in self.probed:
+                self.confirmed.add(partition)
 
     def check_idle(self, timeout_s: float, now: float) -> None:
         """Let partitions that have been at their end for ``timeout_s`` stop holding back the
-        release (idle timeout)."""
+        release (idle timeout).
+
+        An end report says nothing about the time since it was made: the consumer may have
+        reported it long ago and fetched the partition's new records since, while this process
+        was busy (a slow batch, a checkpoint, a rebalance, a loaded machine). So a partition
+        quiet for the timeout is first sought to its position (``reprobe``): only an end
+        reported after that seek — made at least ``timeout_s`` after its last record (or its
+        wake-up) — makes it idle; records delivered meanwhile cancel it."""
         if self.kind != "data" or timeout_s <= 0:
             return
         for partition in self.at_end - self.idle:
-            if now - self.last_seen.get(partition, now) >= timeout_s:
+            if now - self.last_seen.get(partition, now) < timeout_s:
+                continue
+            if partition in self.confirmed:
                 self.idle.add(partition)
+                self.probed.discard(partition)
+                self.confirmed.discard(partition)
                 self.translator.mark_idle((self.topic, partition))
                 log.debug("%s[%d] idle at %d", self.topic, partition, self.position[partition])
+            elif partition not in self.probed:
+                self.probed.add(partition)
+                self.reprobe.add(partition)
 
     # -- output -----------------------------------------------------------------------------
     def drain(self) -> tuple[list[ChangeRecord], list[DeadLetter]]:

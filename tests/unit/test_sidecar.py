@@ -209,6 +209,18 @@ def _records(seed: int = 5) -> list[RawRecord]:
     return out
 
 
+def _go_idle(unit: Unit, partitions: list[int], timeout: float, now: float) -> None:
+    """The runner's idle protocol: partitions quiet for ``timeout`` are sought (``reprobe``),
+    and the end reported after that seek makes them idle."""
+    unit.check_idle(timeout, now)
+    assert set(partitions) <= unit.reprobe and not set(partitions) & unit.idle
+    unit.reprobe.clear()  # the runner seeks them
+    for p in partitions:
+        unit.reached_end(p, unit.position[p])
+    unit.check_idle(timeout, now)
+    assert set(partitions) <= unit.idle
+
+
 def _unit(state: UnitState | None = None) -> Unit:
     from debezium_bridge.core.pipeline import Pipeline
 
@@ -223,7 +235,7 @@ def test_counters_add_up_across_a_restart_from_a_checkpoint() -> None:
     whole.process(records)
     for p in range(3):
         whole.reached_end(p, 10**9)
-    whole.check_idle(0.0001, 1e12)
+    _go_idle(whole, [0, 1, 2], 0.0001, 1e12)
     assert whole.drain()[0]
     expected = whole.counters()
     assert expected.pending == 0 and expected.balanced
@@ -238,7 +250,7 @@ def test_counters_add_up_across_a_restart_from_a_checkpoint() -> None:
                         if (r.offset or 0) >= second.position[r.partition]])
         for p in range(3):
             second.reached_end(p, 10**9)
-        second.check_idle(0.0001, 1e12)
+        _go_idle(second, [0, 1, 2], 0.0001, 1e12)
         second.drain()
         got = second.counters()
         assert got.as_dict() == expected.as_dict(), stop
@@ -306,7 +318,7 @@ def test_a_partition_waking_up_makes_the_others_confirm_their_end_afresh() -> No
     for p in range(3):
         unit.reached_end(p, unit.position[p])
     unit.last_seen.update({1: 0.0, 2: 0.0})  # 1 and 2 have been quiet for long
-    unit.check_idle(10, time.monotonic())
+    _go_idle(unit, [1, 2], 10, time.monotonic())
     assert unit.idle == {1, 2}  # partition 0 delivered just now
     unit.process([r for r in records if r.partition == 0][5:6])  # 0 delivers again
     assert unit.reprobe == {1, 2} and not unit.idle and not unit.at_end
@@ -314,5 +326,103 @@ def test_a_partition_waking_up_makes_the_others_confirm_their_end_afresh() -> No
     assert 1 not in unit.at_end
     unit.reprobe.clear()  # the runner seeks them
     unit.reached_end(1, unit.position[1])
+    now = time.monotonic()
+    unit.check_idle(10, now)
+    assert not unit.idle and not unit.reprobe  # at its end again, but not for the timeout
+    _go_idle(unit, [1], 10, now + 10)  # at its end for the timeout once more (docs/sidecar.md)
+
+
+# The two tests below replay one production burst the way a loaded machine can deliver it. Every
+# key change of the traffic has its halves in different partitions (the generator picks the new
+# key so), and the watermark may release a change only after every partition has passed it: so
+# nothing may be late and every key change must come out merged (docs/sidecar.md, "Exactly
+# once"; the generator's count of key changes is the independent reference).
+
+
+def _burst() -> tuple[list[RawRecord], int]:
+    data = traffic([CUSTOMERS, table("orders")], 2_000, chunks=1, seed=5,
+                   replay_every=200, corrupt_every=500)
+    return _records(), data.key_changes[topic_of(CUSTOMERS)]
+
+
+def _finish(unit: Unit, records: list[RawRecord], now: float) -> None:
+    for p in range(3):
+        unit.reached_end(p, unit.position[p])
+    _go_idle(unit, [p for p in range(3) if p not in unit.idle], 10, now)
+    unit.drain()
+    counters = unit.counters()
+    assert counters.pending == 0 and counters.balanced
+
+
+def test_an_old_end_report_does_not_make_a_partition_idle() -> None:
+    """The consumer reported partition 1's end long ago; meanwhile it fetched partition 1's new
+    records, but this process was busy for longer than the idle timeout (a slow batch, a
+    checkpoint, a rebalance on a loaded machine) and has not taken them yet. The stale report
+    must not make partition 1 idle: the others would be released past its waiting records."""
+    records, key_changes = _burst()
+    unit = _unit()
+    lagging = [r for r in records if r.partition == 1]
+    unit.process([r for r in records if r.partition != 1] + lagging[:3])
+    unit.reached_end(1, unit.position[1])  # partition 1 was at its end back then
+    now = time.monotonic()
+    unit.last_seen[1] = now - 60  # ... and that is long ago
+    unit.check_idle(10, now)
+    assert 1 not in unit.idle and 1 in unit.reprobe  # its end is to be confirmed by a seek
+    unit.drain()
+    unit.reprobe.clear()  # the runner seeks: the records fetched meanwhile come again
+    unit.process(lagging[3:])
+    _finish(unit, records, now + 60)
+    counters = unit.translator.counters
+    assert counters.late == 0
+    assert counters.key_changes_paired == key_changes
+
+
+def test_partitions_woken_by_another_wait_the_idle_timeout_again() -> None:
+    """After an idle period the producer writes a burst; partition 0's part of it is fetched
+    first, partitions 1 and 2 report their end afresh before their part is written (a producer
+    sends each partition's batches on their own). Their last records are old, but they must
+    not be idle at once: the idle timeout covers the skew from the wake-up on."""
+    records, key_changes = _burst()
+    unit = _unit()
+    cut = len(records) // 3
+    unit.process(records[:cut])
+    for p in range(3):
+        unit.reached_end(p, unit.position[p])
+    unit.last_seen.update(dict.fromkeys(range(3), 0.0))
+    _go_idle(unit, [0, 1, 2], 10, time.monotonic())  # all quiet for long
+    unit.drain()
+    burst = records[cut:]
+    unit.process([r for r in burst if r.partition == 0])  # partition 0 wakes the topic
+    assert unit.reprobe == {1, 2}
+    unit.reprobe.clear()  # the runner seeks them; their part of the burst is not written yet
+    for p in (1, 2):
+        unit.reached_end(p, unit.position[p])
     unit.check_idle(10, time.monotonic())
-    assert unit.idle == {1}  # confirmed afresh, and quiet for long: idle at once
+    assert not unit.idle
+    unit.drain()
+    unit.process([r for r in burst if r.partition != 0])  # now it is
+    _finish(unit, records, time.monotonic() + 60)
+    counters = unit.translator.counters
+    assert counters.late == 0
+    assert counters.key_changes_paired == key_changes
+
+
+def test_idle_partitions_delivering_in_one_batch_all_count_before_its_first_record() -> None:
+    """After an idle period a burst reaches every partition, and one consumer batch holds all
+    of it, one partition after the other (as the consumer hands out what it fetched). The
+    partitions later in the batch must hold back the release of the first one's records."""
+    records, key_changes = _burst()
+    unit = _unit()
+    cut = len(records) // 3
+    unit.process(records[:cut])
+    for p in range(3):
+        unit.reached_end(p, unit.position[p])
+    unit.last_seen.update(dict.fromkeys(range(3), 0.0))
+    _go_idle(unit, [0, 1, 2], 10, time.monotonic())  # all quiet for long
+    unit.drain()
+    burst = records[cut:]
+    unit.process(sorted(burst, key=lambda r: r.partition))  # one batch, partition by partition
+    _finish(unit, records, time.monotonic() + 60)
+    counters = unit.translator.counters
+    assert counters.late == 0
+    assert counters.key_changes_paired == key_changes
