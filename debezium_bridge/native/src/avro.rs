@@ -567,22 +567,6 @@ fn optional_record(node: &Node) -> Option<usize> {
     }
 }
 
-/// `str(v)` of a JSON value as the reference writes parameters: text and integers only.
-fn param_text(v: &Value) -> Result<String> {
-    if let Some(s) = v.as_str() {
-        return Ok(s.to_string());
-    }
-    if v.is_number() && !v.is_f64() {
-        if let Some(i) = v.as_i64() {
-            return Ok(i.to_string());
-        }
-        if let Some(u) = v.as_u64() {
-            return Ok(u.to_string());
-        }
-    }
-    Err(Decline)
-}
-
 impl Parsed {
     /// The named definition `_collect_named` finds for a type-name string; declined when that
     /// name could mean more than one definition (the reader and the reference might differ).
@@ -629,48 +613,35 @@ fn column_of(parsed: &Parsed, field: &Field, opts: &Options) -> Result<schema::C
             json = parsed.literal_json(name)?;
         }
     }
-    let (connect_type, semantic, params): (&str, Option<&str>, Vec<(String, String)>) =
-        if json.is_object() {
-            let ty = json.get("type").and_then(|t| t.as_str()).ok_or(Decline)?;
-            let annotation = json.get("connect.type");
-            let connect_type = match annotation {
-                Some(a) if ty == "int" => match a.as_str() {
-                    Some("int8") => "int8",
-                    Some("int16") => "int16",
-                    _ => return Err(Decline),
-                },
-                _ => avro_to_connect(ty)?,
-            };
-            let semantic = match json.get("connect.name") {
-                None => None,
-                Some(s) if s.is_null() => None,
-                Some(s) => Some(s.as_str().ok_or(Decline)?),
-            };
-            let mut params = Vec::new();
-            match json.get("connect.parameters") {
-                None => {}
-                Some(p) if p.is_null() => {}
-                Some(p) => {
-                    let obj = p.as_object().ok_or(Decline)?;
-                    for (k, v) in obj.iter() {
-                        params.push((k.to_string(), param_text(v)?));
-                    }
-                }
-            }
-            if semantic == Some("org.apache.kafka.connect.data.Decimal")
-                && !params.iter().any(|(k, _)| k == "scale")
-            {
-                let scale = match json.get("scale") {
-                    None => "0".to_string(),
-                    Some(s) => param_text(s)?,
-                };
-                params.push(("scale".to_string(), scale));
-            }
-            (connect_type, semantic, params)
-        } else {
-            let ty = json.as_str().ok_or(Decline)?;
-            (avro_to_connect(ty)?, None, Vec::new())
+    let (connect_type, semantic, params): (&str, Option<&str>, Vec<(String, String)>) = if json
+        .is_object()
+    {
+        let ty = json.get("type").and_then(|t| t.as_str()).ok_or(Decline)?;
+        let annotation = json.get("connect.type");
+        let connect_type = match annotation {
+            Some(a) if ty == "int" => match a.as_str() {
+                Some("int8") => "int8",
+                Some("int16") => "int16",
+                _ => return Err(Decline),
+            },
+            _ => avro_to_connect(ty)?,
         };
+        let (semantic, mut params) =
+            schema::semantic_and_params(json.get("connect.name"), json.get("connect.parameters"))?;
+        if semantic == Some("org.apache.kafka.connect.data.Decimal")
+            && !params.iter().any(|(k, _)| k == "scale")
+        {
+            let scale = match json.get("scale") {
+                None => "0".to_string(),
+                Some(s) => schema::param_text(s)?,
+            };
+            params.push(("scale".to_string(), scale));
+        }
+        (connect_type, semantic, params)
+    } else {
+        let ty = json.as_str().ok_or(Decline)?;
+        (avro_to_connect(ty)?, None, Vec::new())
+    };
     if matches!(connect_type, "struct" | "array" | "map") {
         return Err(Decline);
     }
@@ -905,14 +876,7 @@ impl AvroValue {
             Node::Record(r) => r,
             _ => return Err(Decline),
         };
-        let mut env = crate::dom::Envelope {
-            before: None,
-            after: None,
-            source: None,
-            op: None,
-            ts_ms: None,
-            transaction: None,
-        };
+        let mut env = crate::dom::Envelope::default();
         for (f, role) in records[top].fields.iter().zip(&self.roles) {
             match role {
                 Role::Before | Role::After => {

@@ -51,7 +51,6 @@ pub struct TableInfo {
     pub table_id: Arc<str>,
     /// `{"db":…,"schema":…,"name":…}`
     pub json: Vec<u8>,
-    pub db: String,
     pub schema: String,
     pub name: String,
 }
@@ -89,7 +88,6 @@ impl Interner {
         self.tables.push(TableInfo {
             table_id: format!("{dbs}.{schema}.{name}").into(),
             json,
-            db: dbs.to_string(),
             schema: schema.to_string(),
             name: name.to_string(),
         });

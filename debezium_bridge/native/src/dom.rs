@@ -156,7 +156,9 @@ where
     Ok(())
 }
 
-/// A row image (see [`crate::parse::ImageSeed`] for what is recorded).
+/// A row image: canonical JSON appended to `out`, its members to `members`, unavailable
+/// (placeholder) columns to `gone` (schema-less: in image order; with a schema: text then binary
+/// columns, each in schema order, as the reference lists them).
 pub fn image(
     v: &Value,
     rows: RowMode<'_>,
@@ -273,6 +275,7 @@ pub struct Tx<'a> {
     pub data_collection_order: Option<i64>,
 }
 
+#[derive(Default)]
 pub struct Envelope<'a> {
     pub before: Option<ImageAt>,
     pub after: Option<ImageAt>,
@@ -365,14 +368,7 @@ pub fn envelope<'a>(
     members: &mut Vec<Member>,
     gone: &mut Vec<Box<str>>,
 ) -> Result<Envelope<'a>> {
-    let mut env = Envelope {
-        before: None,
-        after: None,
-        source: None,
-        op: None,
-        ts_ms: None,
-        transaction: None,
-    };
+    let mut env = Envelope::default();
     let mut seen = 0u8;
     for (key, item) in doc.as_object().ok_or(Decline)?.iter() {
         let bit: u8 = match key {

@@ -108,12 +108,6 @@ impl Event {
         out
     }
 
-    /// Whether `name` is one of the unavailable columns.
-    #[inline]
-    pub fn is_unavailable(&self, name: &[u8]) -> bool {
-        self.unavailable.iter().any(|u| u.as_bytes() == name)
-    }
-
     pub fn is_snapshot_identity(&self, incremental: u32) -> bool {
         self.op == b'r' && self.snapshot != incremental
     }

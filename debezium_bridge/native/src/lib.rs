@@ -28,7 +28,7 @@ pub mod dumps;
 pub mod event;
 pub mod jsonw;
 pub mod lsn;
-pub mod parse;
+pub(crate) mod parse;
 pub mod schema;
 pub mod value;
 

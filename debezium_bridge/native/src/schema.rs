@@ -125,7 +125,7 @@ fn scale_text(text: &str) -> Option<i64> {
 }
 
 /// Parameters as the reference stringifies them (`str(v)`): text and integers only here.
-fn param_text(v: &sonic_rs::Value) -> Result<String> {
+pub fn param_text(v: &sonic_rs::Value) -> Result<String> {
     if let Some(s) = v.as_str() {
         return Ok(s.to_string());
     }
@@ -138,6 +138,28 @@ fn param_text(v: &sonic_rs::Value) -> Result<String> {
         }
     }
     Err(Decline)
+}
+
+/// Connect schema parameters as `(name, str(value))` pairs.
+pub type Params = Vec<(String, String)>;
+
+/// A Connect schema's semantic name and parameters (JSON schemas: `name`/`parameters`; Avro
+/// schemas: `connect.name`/`connect.parameters`); null is absent, anything else odd declines.
+pub fn semantic_and_params<'v>(
+    name: Option<&'v sonic_rs::Value>,
+    parameters: Option<&sonic_rs::Value>,
+) -> Result<(Option<&'v str>, Params)> {
+    let semantic = match name {
+        Some(v) if !v.is_null() => Some(v.as_str().ok_or(Decline)?),
+        _ => None,
+    };
+    let mut params = Vec::new();
+    if let Some(p) = parameters.filter(|p| !p.is_null()) {
+        for (k, v) in p.as_object().ok_or(Decline)?.iter() {
+            params.push((k.to_string(), param_text(v)?));
+        }
+    }
+    Ok((semantic, params))
 }
 
 /// One column from its Connect type name, semantic name and parameters.
@@ -329,22 +351,8 @@ impl Table {
             let name = field.get("field").and_then(|v| v.as_str()).ok_or(Decline)?;
             let type_name = field.get("type").and_then(|v| v.as_str()).ok_or(Decline)?;
             let connect_type = connect_type_from_json(type_name).ok_or(Decline)?;
-            let semantic = match field.get("name") {
-                None => None,
-                Some(v) if v.is_null() => None,
-                Some(v) => Some(v.as_str().ok_or(Decline)?),
-            };
-            let mut params = Vec::new();
-            match field.get("parameters") {
-                None => {}
-                Some(p) if p.is_null() => {}
-                Some(p) => {
-                    let obj = p.as_object().ok_or(Decline)?;
-                    for (k, v) in obj.iter() {
-                        params.push((k.to_string(), param_text(v)?));
-                    }
-                }
-            }
+            let (semantic, params) =
+                semantic_and_params(field.get("name"), field.get("parameters"))?;
             columns.push(column(name, connect_type, semantic, &params, opts)?);
         }
         Ok(Table::new(columns))

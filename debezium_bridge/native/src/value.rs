@@ -25,31 +25,6 @@ pub enum Num {
     Float(f64),
 }
 
-pub fn parse_number(raw: &str) -> Result<Num> {
-    let b = raw.as_bytes();
-    if b.iter().any(|&c| c == b'.' || c == b'e' || c == b'E') {
-        let v: f64 = raw.parse().map_err(|_| Decline)?;
-        if !v.is_finite() {
-            return Err(Decline);
-        }
-        return Ok(Num::Float(v));
-    }
-    if let Ok(v) = raw.parse::<i64>() {
-        return Ok(Num::Int(v));
-    }
-    raw.parse::<u64>().map(Num::UInt).map_err(|_| Decline)
-}
-
-pub fn write_num(out: &mut Vec<u8>, n: Num) {
-    match n {
-        Num::Int(v) => jsonw::write_i64(out, v),
-        Num::UInt(v) => jsonw::write_u64(out, v),
-        Num::Float(v) => {
-            jsonw::write_f64(out, v);
-        }
-    }
-}
-
 /// The text of a JSON string literal (with its quotes), unescaped.
 pub fn unescape(raw: &str) -> Result<std::borrow::Cow<'_, str>> {
     let b = raw.as_bytes();
@@ -124,121 +99,11 @@ fn hex4(b: &[u8], at: usize) -> Result<u32> {
     Ok(v)
 }
 
-/// A string literal as the reference re-encodes it.
-#[inline]
-pub fn transcode_string(raw: &str, out: &mut Vec<u8>) -> Result<()> {
-    let body = &raw.as_bytes()[1..raw.len() - 1];
-    if memchr::memchr(b'\\', body).is_none() {
-        // validated JSON: no control characters, no quotes: msgspec writes it unchanged
-        out.extend_from_slice(raw.as_bytes());
-        return Ok(());
-    }
-    let text = unescape(raw)?;
-    jsonw::write_str(out, &text);
-    Ok(())
-}
-
-/// One validated JSON value (its raw text) in the reference's canonical bytes.
-pub fn transcode(raw: &str, out: &mut Vec<u8>) -> Result<()> {
-    match raw.as_bytes().first() {
-        Some(b'"') => transcode_string(raw, out),
-        Some(b'{') => transcode_object(raw, out, |_, _, _| Ok(false)),
-        Some(b'[') => {
-            out.push(b'[');
-            let mut first = true;
-            for item in sonic_rs::to_array_iter(raw) {
-                let item = item.map_err(|_| Decline)?;
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                transcode(item.as_raw_str(), out)?;
-            }
-            out.push(b']');
-            Ok(())
-        }
-        Some(b't') | Some(b'f') | Some(b'n') => {
-            out.extend_from_slice(raw.as_bytes());
-            Ok(())
-        }
-        Some(_) => {
-            write_num(out, parse_number(raw)?);
-            Ok(())
-        }
-        None => Err(Decline),
-    }
-}
-
-/// Where one member of a transcoded object sits in the output buffer.
+/// Where one member of a written object sits in the output buffer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Member {
     pub name: (u32, u32),
     pub value: (u32, u32),
-}
-
-/// An object: `{` name `:` value … `}`, each member written by `member(name, raw_value, out)`
-/// when it returns `Ok(true)`, or transcoded. Duplicate names are declined.
-pub fn transcode_object<F>(raw: &str, out: &mut Vec<u8>, mut member: F) -> Result<()>
-where
-    F: FnMut(&str, &str, &mut Vec<u8>) -> Result<bool>,
-{
-    let mut spans: Vec<(usize, usize)> = Vec::new();
-    transcode_members(
-        raw,
-        out,
-        &mut |name, value, out| member(name, value, out),
-        &mut spans,
-        None,
-    )
-}
-
-/// Decides one member: `Ok(true)` when it wrote the value itself.
-pub type MemberFn<'a> = dyn FnMut(&str, &str, &mut Vec<u8>) -> Result<bool> + 'a;
-
-/// As [`transcode_object`], also recording each member's spans in `members`.
-pub fn transcode_members(
-    raw: &str,
-    out: &mut Vec<u8>,
-    member: &mut MemberFn<'_>,
-    names: &mut Vec<(usize, usize)>,
-    mut members: Option<&mut Vec<Member>>,
-) -> Result<()> {
-    names.clear();
-    out.push(b'{');
-    let mut first = true;
-    for item in sonic_rs::to_object_iter(raw) {
-        let (key, value) = item.map_err(|_| Decline)?;
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        let key: &str = &key;
-        let name_start = out.len();
-        jsonw::write_str(out, key);
-        let name_end = out.len();
-        let new_name = &out[name_start..name_end];
-        if names
-            .iter()
-            .any(|&(s, e)| e - s == new_name.len() && out[s..e] == *new_name)
-        {
-            return Err(Decline); // duplicate key: msgspec keeps the last value at the first place
-        }
-        names.push((name_start, name_end));
-        out.push(b':');
-        let value_start = out.len();
-        let raw_value = value.as_raw_str();
-        if !member(key, raw_value, out)? {
-            transcode(raw_value, out)?;
-        }
-        if let Some(members) = members.as_deref_mut() {
-            members.push(Member {
-                name: (name_start as u32 + 1, name_end as u32 - 1),
-                value: (value_start as u32, out.len() as u32),
-            });
-        }
-    }
-    out.push(b'}');
-    Ok(())
 }
 
 /// A canonical object (msgspec's output, from the Python decoder) copied as it is, with the
@@ -367,25 +232,6 @@ fn value_eq(a: &sonic_rs::Value, b: &sonic_rs::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(raw: &str) -> Result<String> {
-        let mut out = Vec::new();
-        transcode(raw, &mut out)?;
-        Ok(String::from_utf8(out).unwrap())
-    }
-
-    #[test]
-    fn transcodes_like_msgspec() {
-        assert_eq!(
-            t(r#"{"a": -0, "b": 1.0e2, "c": "x\u00e9\/", "d": [1, {"e": null}]}"#).unwrap(),
-            r#"{"a":0,"b":100.0,"c":"xé/","d":[1,{"e":null}]}"#
-        );
-        assert_eq!(t("18446744073709551615").unwrap(), "18446744073709551615");
-        assert!(t("18446744073709551616").is_err());
-        assert!(t(r#""\ud800""#).is_err());
-        assert_eq!(t(r#""\ud83d\ude00""#).unwrap(), "\"😀\"");
-        assert!(t(r#"{"a":1,"a":2}"#).is_err());
-    }
 
     #[test]
     fn python_equality() {
