@@ -384,12 +384,18 @@ def apply_changes(state: MutableMapping[tuple[str, bytes], dict[str, Any]],
         if change.op == "delete":
             state.pop(ident, None)
             continue
-        row = dict(change.after or {})
-        for column in change.unavailable_columns:
-            if previous is not None and column in previous and row.get(column) is None:
-                row[column] = previous[column]
-        state[ident] = row
+        state[ident] = _row_after(change, previous)
     return state
+
+
+def _row_after(change: ChangeRecord, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The row a change leaves: its ``after``, with the columns it did not send taken from
+    ``previous`` (the row it replaces or moved)."""
+    row = dict(change.after or {})
+    for column in change.unavailable_columns:
+        if previous is not None and column in previous and row.get(column) is None:
+            row[column] = previous[column]
+    return row
 
 
 def apply_net_changes(state: MutableMapping[tuple[str, bytes], dict[str, Any]],
@@ -408,11 +414,7 @@ def apply_net_changes(state: MutableMapping[tuple[str, bytes], dict[str, Any]],
         source = change.old_key if change.key_changed and change.old_key is not None else None
         previous = before.get((change.table_id, key_identity(source)) if source is not None
                               else ident)
-        row = dict(change.after or {})
-        for column in change.unavailable_columns:
-            if previous is not None and column in previous and row.get(column) is None:
-                row[column] = previous[column]
-        state[ident] = row
+        state[ident] = _row_after(change, previous)
     return state
 
 

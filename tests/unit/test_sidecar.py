@@ -354,6 +354,28 @@ def _finish(unit: Unit, records: list[RawRecord], now: float) -> None:
     assert counters.pending == 0 and counters.balanced
 
 
+def _idle_before_a_burst() -> tuple[list[RawRecord], int, Unit, list[RawRecord]]:
+    """The first third of the traffic taken, then every partition idle for long: the rest of
+    the traffic is the burst that wakes the topic."""
+    records, key_changes = _burst()
+    unit = _unit()
+    cut = len(records) // 3
+    unit.process(records[:cut])
+    for p in range(3):
+        unit.reached_end(p, unit.position[p])
+    unit.last_seen.update(dict.fromkeys(range(3), 0.0))
+    _go_idle(unit, [0, 1, 2], 10, time.monotonic())  # all quiet for long
+    unit.drain()
+    return records, key_changes, unit, records[cut:]
+
+
+def _assert_all_paired_in_time(unit: Unit, key_changes: int) -> None:
+    """No event arrived after its position was released; every key change was merged."""
+    counters = unit.translator.counters
+    assert counters.late == 0
+    assert counters.key_changes_paired == key_changes
+
+
 def test_an_old_end_report_does_not_make_a_partition_idle() -> None:
     """The consumer reported partition 1's end long ago; meanwhile it fetched partition 1's new
     records, but this process was busy for longer than the idle timeout (a slow batch, a
@@ -372,9 +394,7 @@ def test_an_old_end_report_does_not_make_a_partition_idle() -> None:
     unit.reprobe.clear()  # the runner seeks: the records fetched meanwhile come again
     unit.process(lagging[3:])
     _finish(unit, records, now + 60)
-    counters = unit.translator.counters
-    assert counters.late == 0
-    assert counters.key_changes_paired == key_changes
+    _assert_all_paired_in_time(unit, key_changes)
 
 
 def test_partitions_woken_by_another_wait_the_idle_timeout_again() -> None:
@@ -382,16 +402,7 @@ def test_partitions_woken_by_another_wait_the_idle_timeout_again() -> None:
     first, partitions 1 and 2 report their end afresh before their part is written (a producer
     sends each partition's batches on their own). Their last records are old, but they must
     not be idle at once: the idle timeout covers the skew from the wake-up on."""
-    records, key_changes = _burst()
-    unit = _unit()
-    cut = len(records) // 3
-    unit.process(records[:cut])
-    for p in range(3):
-        unit.reached_end(p, unit.position[p])
-    unit.last_seen.update(dict.fromkeys(range(3), 0.0))
-    _go_idle(unit, [0, 1, 2], 10, time.monotonic())  # all quiet for long
-    unit.drain()
-    burst = records[cut:]
+    records, key_changes, unit, burst = _idle_before_a_burst()
     unit.process([r for r in burst if r.partition == 0])  # partition 0 wakes the topic
     assert unit.reprobe == {1, 2}
     unit.reprobe.clear()  # the runner seeks them; their part of the burst is not written yet
@@ -402,27 +413,14 @@ def test_partitions_woken_by_another_wait_the_idle_timeout_again() -> None:
     unit.drain()
     unit.process([r for r in burst if r.partition != 0])  # now it is
     _finish(unit, records, time.monotonic() + 60)
-    counters = unit.translator.counters
-    assert counters.late == 0
-    assert counters.key_changes_paired == key_changes
+    _assert_all_paired_in_time(unit, key_changes)
 
 
 def test_idle_partitions_delivering_in_one_batch_all_count_before_its_first_record() -> None:
     """After an idle period a burst reaches every partition, and one consumer batch holds all
     of it, one partition after the other (as the consumer hands out what it fetched). The
     partitions later in the batch must hold back the release of the first one's records."""
-    records, key_changes = _burst()
-    unit = _unit()
-    cut = len(records) // 3
-    unit.process(records[:cut])
-    for p in range(3):
-        unit.reached_end(p, unit.position[p])
-    unit.last_seen.update(dict.fromkeys(range(3), 0.0))
-    _go_idle(unit, [0, 1, 2], 10, time.monotonic())  # all quiet for long
-    unit.drain()
-    burst = records[cut:]
+    records, key_changes, unit, burst = _idle_before_a_burst()
     unit.process(sorted(burst, key=lambda r: r.partition))  # one batch, partition by partition
     _finish(unit, records, time.monotonic() + 60)
-    counters = unit.translator.counters
-    assert counters.late == 0
-    assert counters.key_changes_paired == key_changes
+    _assert_all_paired_in_time(unit, key_changes)
