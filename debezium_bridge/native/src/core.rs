@@ -11,7 +11,6 @@ use crate::decode::Interner;
 use crate::event::{Event, Image};
 use crate::jsonw;
 use crate::value;
-use blake2::digest::{Update, VariableOutput};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -655,15 +654,10 @@ impl Core {
             }
             self.identity_bytes(e, &mut ident);
         }
-        let mut hasher = blake2::Blake2bVar::new(16).unwrap_or_else(|_| unreachable_hasher());
-        hasher.update(&ident);
-        let mut digest = [0u8; 16];
-        if hasher.finalize_variable(&mut digest).is_err() {
-            digest = [0u8; 16];
-        }
+        let digest = blake2b_simd::Params::new().hash_length(16).hash(&ident);
         const HEX: &[u8; 16] = b"0123456789abcdef";
         out.push(b'"');
-        for b in digest {
+        for &b in digest.as_bytes() {
             out.push(HEX[(b >> 4) as usize]);
             out.push(HEX[(b & 15) as usize]);
         }
@@ -902,15 +896,6 @@ fn unreachable_event() -> Event {
         column_order: None,
         partner_key: None,
         seq: None,
-    }
-}
-
-#[cold]
-fn unreachable_hasher() -> blake2::Blake2bVar {
-    // 16 is a valid BLAKE2b output size; kept total without a panic
-    match blake2::Blake2bVar::new(32) {
-        Ok(h) => h,
-        Err(_) => std::process::abort(),
     }
 }
 

@@ -19,32 +19,39 @@ fn hex_val(b: u8) -> Option<u8> {
     }
 }
 
+/// Lower-case hex digit values; 0xff for every other byte.
+static LOWER_HEX: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
 /// Debezium's own form, lower-case hex (the fast path).
 #[inline]
 pub fn parse_canonical(text: &[u8]) -> Option<[u8; 10]> {
-    if text.len() != 22 || text[8] != b':' || text[17] != b':' {
+    let text: &[u8; 22] = text.try_into().ok()?;
+    if text[8] != b':' || text[17] != b':' {
         return None;
     }
     let mut out = [0u8; 10];
-    let mut n = 0;
-    let mut i = 0;
-    while i < 22 {
-        if i == 8 || i == 17 {
-            i += 1;
-            continue;
-        }
-        let hi = text[i];
-        let lo = text[i + 1];
-        if !(hi.is_ascii_digit() || (b'a'..=b'f').contains(&hi))
-            || !(lo.is_ascii_digit() || (b'a'..=b'f').contains(&lo))
-        {
-            return None;
-        }
-        out[n] = (hex_val(hi)? << 4) | hex_val(lo)?;
-        n += 1;
-        i += 2;
+    let mut bad = 0u8;
+    for (n, slot) in out.iter_mut().enumerate() {
+        // byte n of the LSN: hex digits 2n, 2n+1 of the text without its two colons
+        let i = 2 * n + usize::from(n >= 4) + usize::from(n >= 8);
+        let (hi, lo) = (LOWER_HEX[text[i] as usize], LOWER_HEX[text[i + 1] as usize]);
+        bad |= hi | lo;
+        *slot = (hi << 4) | (lo & 15);
     }
-    Some(out)
+    (bad & 0xf0 == 0).then_some(out)
 }
 
 /// Any accepted form; `Err(BadLsn)` where the Python reference raises `LsnFormatError` or where
@@ -153,5 +160,41 @@ mod tests {
         let mut out = Vec::new();
         format(&bytes, &mut out);
         assert_eq!(out, b"00000027:00000758:0003");
+    }
+
+    #[test]
+    fn canonical_fast_path() {
+        // every byte position, every hex digit (the SQL Server documentation's form: lower-case
+        // hex, colons after the 4th and 8th byte)
+        for digit in b"0123456789abcdef" {
+            for pos in (0..22).filter(|p| *p != 8 && *p != 17) {
+                let mut text = *b"00000000:00000000:0000";
+                text[pos] = *digit;
+                let got = parse_canonical(&text).expect("canonical");
+                let hex: String = text
+                    .iter()
+                    .filter(|b| **b != b':')
+                    .map(|&b| b as char)
+                    .collect();
+                let want: Vec<u8> = (0..10)
+                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
+                    .collect();
+                assert_eq!(got.to_vec(), want);
+            }
+        }
+        for bad in [
+            &b"0000002g:00000758:0003"[..],
+            b"00000027:00000758:000A",
+            b"00000027-00000758:0003",
+            b"00000027:00000758:003",
+            b"00000027:00000758:00030",
+        ] {
+            assert_eq!(
+                parse_canonical(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 }

@@ -87,6 +87,8 @@ pub struct Table {
     pub columns: Vec<Column>,
     pub order: Arc<[String]>,
     index: hashbrown::HashMap<String, usize>,
+    /// No name is repeated: a column found at its expected position is the one `index` names.
+    unique: bool,
 }
 
 /// The decoder settings that change what values mean.
@@ -315,17 +317,19 @@ impl Table {
         for (i, c) in columns.iter().enumerate() {
             index.insert(c.name.clone(), i); // a repeated name: the last column decides
         }
+        let unique = index.len() == columns.len();
         Table {
             columns,
             order,
             index,
+            unique,
         }
     }
 
     #[inline]
     pub fn find(&self, name: &str, hint: usize) -> Option<usize> {
         if let Some(c) = self.columns.get(hint) {
-            if c.name == name && self.index.get(name) == Some(&hint) {
+            if c.name == name && (self.unique || self.index.get(name) == Some(&hint)) {
                 return Some(hint);
             }
         }
