@@ -595,7 +595,9 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
 /// The float whose shortest text of 6 to 9 significant digits reads back as the same float32
 /// (the reference's `_float32`).
 pub fn shortest_f32(v: f64) -> f64 {
-    quick_f32(v).unwrap_or_else(|| search_f32(v))
+    quick_f32(v)
+        .or_else(|| digits_search_f32(v))
+        .unwrap_or_else(|| search_f32(v))
 }
 
 /// [`shortest_f32`] without formatting, where the answer is known: for `v` exactly a normal
@@ -624,6 +626,144 @@ fn quick_f32(v: f64) -> Option<f64> {
         return None;
     }
     Some(candidate)
+}
+
+/// The reference's search computed from `v`'s shortest round-trip digits (ryu) instead of six
+/// to nine exact formattings. Rounding `v` to `p` significant digits gives the same digits as
+/// rounding its shortest text `s` to `p` digits unless a half-way point of the `p`-digit grid
+/// lies between `s` and `v` or on `s`: it cannot lie strictly between (it would be a text of at
+/// most `p + 1` digits at least as close to `v` as `s`, so ryu would have chosen it or one
+/// shorter); on `s`, `v`'s exact binary value decides — above or below `s` rounds away or
+/// toward zero, equal is a tie, rounded to even digits as the formatting does (values such as
+/// `-15905.875`, exact in binary, are ties at 7 digits). With `p` at least the length of `s`,
+/// the rounding is `s` itself, which reads back as `v`. `None`: left to [`search_f32`].
+fn digits_search_f32(v: f64) -> Option<f64> {
+    let target = (v as f32).to_bits();
+    if !v.is_finite() || v == 0.0 {
+        return None;
+    }
+    let mut ryu_buf = ryu::Buffer::new();
+    let text = ryu_buf.format_finite(v.abs());
+    let (mantissa, exp) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    // v = 0.D × 10^point
+    let int_len = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
+    let mut digits = [0u8; 24];
+    let mut n = 0usize;
+    let mut point = int_len + exp;
+    for b in mantissa.bytes().filter(u8::is_ascii_digit) {
+        if n == 0 && b == b'0' {
+            point -= 1; // leading zeros
+            continue;
+        }
+        *digits.get_mut(n)? = b;
+        n += 1;
+    }
+    while n > 0 && digits[n - 1] == b'0' {
+        n -= 1;
+    }
+    if n == 0 {
+        return None;
+    }
+    for p in 6..=9usize {
+        if p >= n {
+            return Some(v); // the text is `s`, which reads back as `v`
+        }
+        let mut rounded = [b'0'; 10];
+        rounded[..p].copy_from_slice(&digits[..p]);
+        let mut at = point;
+        let up = match digits[p] {
+            b'6'..=b'9' => true,
+            b'5' if p + 1 < n => true,
+            b'5' => match cmp_exact(v.abs(), &digits[..n], n as i32 - point)? {
+                std::cmp::Ordering::Greater => true,
+                std::cmp::Ordering::Less => false,
+                std::cmp::Ordering::Equal => (digits[p - 1] - b'0') % 2 == 1,
+            },
+            _ => false,
+        };
+        if up {
+            let mut i = p;
+            loop {
+                if i == 0 {
+                    rounded[0] = b'1';
+                    rounded[1..=p].fill(b'0');
+                    at += 1;
+                    break;
+                }
+                i -= 1;
+                if rounded[i] == b'9' {
+                    rounded[i] = b'0';
+                } else {
+                    rounded[i] += 1;
+                    break;
+                }
+            }
+        }
+        // "-0.DDDDDDDDDe-XXX"
+        let mut candidate_text = [0u8; 24];
+        let mut len = 0;
+        let mut push = |b: u8| {
+            candidate_text[len] = b;
+            len += 1;
+        };
+        if v < 0.0 {
+            push(b'-');
+        }
+        push(b'0');
+        push(b'.');
+        rounded[..p].iter().for_each(|&d| push(d));
+        push(b'e');
+        let mut exp_buf = itoa::Buffer::new();
+        exp_buf.format(at).bytes().for_each(push);
+        let candidate: f64 = std::str::from_utf8(&candidate_text[..len])
+            .ok()?
+            .parse()
+            .ok()?;
+        if (candidate as f32).to_bits() == target {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
+/// `v` (positive, finite) against the decimal `0.D × 10^(len(D) - fraction)` = `D / 10^fraction`,
+/// exactly; `None` where the integers would not fit (the caller falls back).
+fn cmp_exact(v: f64, digits: &[u8], fraction: i32) -> Option<std::cmp::Ordering> {
+    if !(0..=27).contains(&fraction) || digits.len() > 19 {
+        return None;
+    }
+    let d: u128 = digits
+        .iter()
+        .fold(0u128, |acc, &b| acc * 10 + u128::from(b - b'0'));
+    // v = m · 2^e
+    let bits = v.to_bits();
+    let exp_bits = ((bits >> 52) & 0x7ff) as i32;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (m, e) = if exp_bits == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1u64 << 52), exp_bits - 1075)
+    };
+    // v · 10^f = m · 5^f · 2^(e+f), against D
+    let left = u128::from(m).checked_mul(5u128.checked_pow(fraction as u32)?)?;
+    let shift = e + fraction;
+    Some(if shift >= 0 {
+        if shift > 127 || left.leading_zeros() < shift as u32 {
+            std::cmp::Ordering::Greater
+        } else {
+            (left << shift).cmp(&d)
+        }
+    } else {
+        let shift = (-shift) as u32;
+        if shift > 127 || d.leading_zeros() < shift {
+            std::cmp::Ordering::Less
+        } else {
+            left.cmp(&(d << shift))
+        }
+    })
 }
 
 /// The reference's search: precision 6 to 9, the first text that reads back as the float32.
@@ -885,5 +1025,53 @@ mod tests {
             }
         }
         assert!(checked > 50_000, "{checked}");
+    }
+
+    #[test]
+    fn float32_digits_search_agrees_with_the_search() {
+        // float32 values, their f64 neighbours and decimal texts as JSON carries them: the
+        // digit-rounding search answers as the formatting search does, or leaves it the value
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut answered = 0;
+        let mut values: Vec<f64> = vec![
+            0.1,
+            3076.25,
+            -3076.2501,
+            9.999_999_5,
+            1e-45,
+            3.4028235e38,
+            -15905.875,
+            48717.875,
+            1.25,
+            0.125,
+            1234567.5,
+            12345678.5,
+        ];
+        for _ in 0..100_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let x = f32::from_bits(state as u32);
+            values.push(x as f64);
+            values.push(f64::from_bits(
+                (x as f64).to_bits().wrapping_add(state >> 60),
+            ));
+            let short =
+                ((state >> 24) % 2_000_000_000) as f64 / 10f64.powi((state >> 56) as i32 % 12);
+            values.push(short);
+            values.push(-short * 1e-30);
+            // binary fractions: exact ties at some precision
+            values.push(((state >> 8) % (1 << 24)) as f64 / f64::from(1u32 << ((state >> 3) % 12)));
+        }
+        for v in values {
+            if !v.is_finite() || !((v as f32).is_finite()) {
+                continue;
+            }
+            if let Some(answer) = digits_search_f32(v) {
+                assert_eq!(answer.to_bits(), search_f32(v).to_bits(), "{v:e}");
+                answered += 1;
+            }
+        }
+        assert!(answered > 400_000, "{answered}");
     }
 }
