@@ -466,6 +466,9 @@ impl Decoder {
         if payload == "null" {
             return Ok(false);
         }
+        if matches!(rows, Rows::Schemaless) && crate::dom::flat_object(payload, &self.opts, buf)? {
+            return Ok(true);
+        }
         let mut ignored = Vec::new();
         let mut members = Vec::new();
         let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;

@@ -170,6 +170,80 @@ where
     Ok(())
 }
 
+/// A flat schema-less object (a Kafka key such as `{"id":1}`) written canonically as [`image`]
+/// writes it in schema-less mode, without building a document: sonic-rs's lazy iterator checks
+/// the text as it goes (for a key of a few bytes the document's set-up cost ~2k instructions,
+/// measured with callgrind). `Ok(false)`: a member is an array or object; nothing is written
+/// and the caller takes the document path.
+pub fn flat_object(text: &str, opts: &Options, out: &mut Vec<u8>) -> Result<bool> {
+    let start = out.len();
+    let mut names = Names::new();
+    let mut end = text
+        .bytes()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .map_or(text.len(), |i| i + 1);
+    out.push(b'{');
+    for (i, entry) in sonic_rs::to_object_iter(text).enumerate() {
+        let (key, item) = entry.map_err(|_| Decline)?;
+        let raw = item.as_raw_str();
+        end = raw.as_ptr() as usize - text.as_ptr() as usize + raw.len();
+        if i > 0 {
+            out.push(b',');
+        }
+        let name_start = out.len();
+        write_string(out, &key);
+        let name_end = out.len();
+        if !names.insert(out, name_start, name_end) {
+            return Err(Decline);
+        }
+        out.push(b':');
+        match raw.as_bytes().first() {
+            Some(b'{' | b'[') => {
+                out.truncate(start);
+                return Ok(false);
+            }
+            Some(b'n') => out.extend_from_slice(b"null"),
+            Some(b't') => out.extend_from_slice(b"true"),
+            Some(b'f') => out.extend_from_slice(b"false"),
+            Some(b'"') => {
+                let text = item.as_str().ok_or(Decline)?;
+                if *text == *opts.placeholder || *text == *opts.placeholder_b64 {
+                    out.extend_from_slice(b"null");
+                } else {
+                    write_string(out, text);
+                }
+            }
+            _ => lazy_number(raw)?.write(out),
+        }
+    }
+    let rest = text[end.min(text.len())..].trim_start_matches([' ', '\t', '\n', '\r']);
+    match rest.strip_prefix('}') {
+        Some(after) if after.trim_matches([' ', '\t', '\n', '\r']).is_empty() => {
+            out.push(b'}');
+            Ok(true)
+        }
+        _ => Err(Decline),
+    }
+}
+
+/// A JSON number (validated text) as the document parser reads it: integers as `Int`/`UInt`,
+/// the rest as `Float`; `-0` and what [`float_ok`] refuses are declined.
+fn lazy_number(raw: &str) -> Result<Scalar<'static>> {
+    let bytes = raw.as_bytes();
+    if !bytes.iter().any(|&c| matches!(c, b'.' | b'e' | b'E')) {
+        if let Ok(i) = raw.parse::<i64>() {
+            if i == 0 && bytes.first() == Some(&b'-') {
+                return Err(Decline);
+            }
+            return Ok(Scalar::Int(i));
+        }
+        return raw.parse::<u64>().map(Scalar::UInt).map_err(|_| Decline);
+    }
+    Ok(Scalar::Float(float_ok(
+        raw.parse::<f64>().map_err(|_| Decline)?,
+    )?))
+}
+
 /// A row image: canonical JSON appended to `out`, its members to `members`, unavailable
 /// (placeholder) columns to `gone` (schema-less: in image order; with a schema: text then binary
 /// columns, each in schema order, as the reference lists them).
@@ -412,7 +486,67 @@ pub fn envelope<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::Names;
+    use super::{flat_object, image, Names};
+    use crate::parse::RowMode;
+    use crate::schema::{BinaryMode, Options};
+
+    #[test]
+    fn flat_keys_as_the_document_walk_writes_them() {
+        let opts = Options::new("__debezium_unavailable_value", BinaryMode::Bytes);
+        let texts = [
+            r#"{"id":1}"#,
+            r#" { "id" : -12 , "name" : "a\"b\\c\u0001\n" } "#,
+            r#"{"k":"ölçü 日本","x":1.5,"y":1e3,"z":18446744073709551615,"t":true,"f":false,"n":null}"#,
+            r#"{"p":"__debezium_unavailable_value","e\u00e9":2}"#,
+            r#"{}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":0.0}"#,
+            r#"{"a":123456789012345678901234567890}"#,
+            r#"{"a":"\ud800"}"#,
+            r#"{"a":[1,2]}"#,
+            r#"{"a":{"b":1}}"#,
+        ];
+        for text in texts {
+            let mut lazy = Vec::new();
+            let lazy_result = flat_object(text, &opts, &mut lazy);
+            let mut walked = Vec::new();
+            let walk_result = sonic_rs::from_str::<sonic_rs::Value>(text)
+                .map_err(|_| crate::value::Decline)
+                .and_then(|doc| {
+                    image(
+                        &doc,
+                        RowMode::Schemaless,
+                        &opts,
+                        &mut walked,
+                        &mut Vec::new(),
+                        &mut Vec::new(),
+                    )
+                });
+            match lazy_result {
+                Ok(true) => assert_eq!(
+                    (String::from_utf8_lossy(&lazy), walk_result.is_ok()),
+                    (String::from_utf8_lossy(&walked), true),
+                    "{text}"
+                ),
+                Ok(false) => assert!(lazy.is_empty(), "{text}"), // nested: the walk decides
+                // declined: the reference decides (the walk may accept what it reads alike)
+                Err(_) => {}
+            }
+        }
+        // not JSON, or a repeated name: never written
+        for bad in [
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":01}"#,
+            r#"{"a":"x"#,
+        ] {
+            assert!(flat_object(bad, &opts, &mut Vec::new()).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn names_find_every_repeat() {
