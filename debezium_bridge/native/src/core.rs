@@ -1045,13 +1045,26 @@ fn changed(
     }
 }
 
-thread_local! {
-    /// The text of the last second written (`"YYYY-MM-DDTHH:MM:SS.`), as the reference caches
-    /// its per-second texts.
-    static LAST_SECOND: std::cell::RefCell<(i64, Vec<u8>)> = const { std::cell::RefCell::new((i64::MIN, Vec::new())) };
+/// The texts of the last two seconds written (`"YYYY-MM-DDTHH:MM:SS.`, at most 21 bytes): a
+/// record writes its commit and its capture time, usually in two different seconds, so one
+/// entry missed on every call.
+struct SecondTexts {
+    seconds: [i64; 2],
+    texts: [([u8; 24], u8); 2],
+    next: usize,
 }
 
-/// `iso_ms` (see [`write_iso_ms_uncached`]) through a one-entry cache of the second's text.
+thread_local! {
+    static LAST_SECONDS: std::cell::RefCell<SecondTexts> = const {
+        std::cell::RefCell::new(SecondTexts {
+            seconds: [i64::MIN; 2],
+            texts: [([0; 24], 0); 2],
+            next: 0,
+        })
+    };
+}
+
+/// `iso_ms` (see [`write_iso_ms_uncached`]) through a two-entry cache of the second's text.
 pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
     let Some(v) = ms else {
         out.extend_from_slice(b"null");
@@ -1059,22 +1072,31 @@ pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
     };
     let seconds = v.div_euclid(1000);
     let millis = v.rem_euclid(1000);
-    let hit = LAST_SECOND.with(|cell| {
-        let cell = cell.borrow();
-        if cell.0 == seconds {
-            out.extend_from_slice(&cell.1);
-            true
-        } else {
-            false
+    let hit = LAST_SECONDS.with(|cell| {
+        let cache = cell.borrow();
+        match cache.seconds.iter().position(|&s| s == seconds) {
+            Some(i) => {
+                let (text, len) = &cache.texts[i];
+                out.extend_from_slice(&text[..*len as usize]);
+                true
+            }
+            None => false,
         }
     });
     if !hit {
         let start = out.len();
         write_iso_ms_uncached(out, ms);
-        if out.len() - start != 4 {
+        let len = (out.len() - start).saturating_sub(5);
+        if out.len() - start != 4 && len <= 24 {
             // keep `"…SS.` (the text without the milliseconds and the closing `Z"`)
-            let text = out[start..out.len() - 5].to_vec();
-            LAST_SECOND.with(|cell| *cell.borrow_mut() = (seconds, text));
+            LAST_SECONDS.with(|cell| {
+                let mut cache = cell.borrow_mut();
+                let slot = cache.next;
+                cache.next = 1 - slot;
+                cache.seconds[slot] = seconds;
+                cache.texts[slot].0[..len].copy_from_slice(&out[start..start + len]);
+                cache.texts[slot].1 = len as u8;
+            });
         }
         return;
     }
@@ -1144,6 +1166,22 @@ mod tests {
         out.clear();
         write_iso_ms(&mut out, Some(-1));
         assert_eq!(out, b"\"1969-12-31T23:59:59.999Z\"");
+        // alternating seconds, through the cache, as written without it
+        for ms in [
+            5_000i64,
+            9_001,
+            5_002,
+            9_003,
+            12_004,
+            5_005,
+            253_402_300_799_999,
+            5_006,
+        ] {
+            let (mut cached, mut plain) = (Vec::new(), Vec::new());
+            write_iso_ms(&mut cached, Some(ms));
+            write_iso_ms_uncached(&mut plain, Some(ms));
+            assert_eq!(cached, plain, "{ms}");
+        }
     }
 
     #[test]

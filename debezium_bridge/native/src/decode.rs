@@ -389,7 +389,7 @@ impl Decoder {
                 if !nests_within(body, MAX_DEPTH - 1) {
                     return Err(Decline);
                 }
-                let payload = std::str::from_utf8(body).map_err(|_| Decline)?;
+                let payload = simdutf8::basic::from_utf8(body).map_err(|_| Decline)?;
                 return Ok((
                     rows,
                     payload.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r'),
@@ -399,7 +399,7 @@ impl Decoder {
         if !shallow(value) {
             return Err(Decline);
         }
-        let text = std::str::from_utf8(value).map_err(|_| Decline)?;
+        let text = simdutf8::basic::from_utf8(value).map_err(|_| Decline)?;
         let parts: WithSchema = sonic_rs::from_str(text).map_err(|_| Decline)?;
         let schema_raw = parts
             .schema
@@ -451,7 +451,7 @@ impl Decoder {
             if !shallow(raw) {
                 return Err(Decline);
             }
-            let text = std::str::from_utf8(raw).map_err(|_| Decline)?;
+            let text = simdutf8::basic::from_utf8(raw).map_err(|_| Decline)?;
             let text = text.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r');
             if text == "null" {
                 return Ok(false);
@@ -520,7 +520,7 @@ impl Decoder {
             }
             (
                 Rows::Schemaless,
-                std::str::from_utf8(value).map_err(|_| Decline)?,
+                simdutf8::basic::from_utf8(value).map_err(|_| Decline)?,
             )
         };
         let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);

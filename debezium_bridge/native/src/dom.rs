@@ -10,7 +10,7 @@ use crate::jsonw;
 use crate::parse::{ImageAt, RowMode};
 use crate::schema::{self, Options, Scalar};
 use crate::value::{Decline, Member, Result};
-use sonic_rs::{JsonContainerTrait, JsonNumberTrait, JsonType, JsonValueTrait, Value};
+use sonic_rs::{JsonContainerTrait, JsonNumberTrait, JsonType, JsonValueTrait, Value, ValueRef};
 use std::borrow::Cow;
 
 #[inline]
@@ -23,12 +23,12 @@ fn float_ok(v: f64) -> Result<f64> {
 
 /// A value as a [`Scalar`]; arrays and objects are written canonically to `out`.
 pub fn scalar<'v>(v: &'v Value, out: &mut Vec<u8>) -> Result<Scalar<'v>> {
-    Ok(match v.get_type() {
-        JsonType::Null => Scalar::Null,
-        JsonType::Boolean => Scalar::Bool(v.as_bool().ok_or(Decline)?),
-        JsonType::String => Scalar::Str(Cow::Borrowed(v.as_str().ok_or(Decline)?)),
-        JsonType::Number => {
-            let n = v.as_number().ok_or(Decline)?;
+    // one dispatch on the node's type (`get_type` and then `as_…` dispatch twice)
+    Ok(match v.as_ref() {
+        ValueRef::Null => Scalar::Null,
+        ValueRef::Bool(b) => Scalar::Bool(b),
+        ValueRef::String(s) => Scalar::Str(Cow::Borrowed(s)),
+        ValueRef::Number(n) => {
             if let Some(i) = n.as_i64() {
                 Scalar::Int(i)
             } else if let Some(u) = n.as_u64() {
@@ -37,9 +37,9 @@ pub fn scalar<'v>(v: &'v Value, out: &mut Vec<u8>) -> Result<Scalar<'v>> {
                 Scalar::Float(float_ok(n.as_f64().ok_or(Decline)?)?)
             }
         }
-        JsonType::Array => {
+        ValueRef::Array(items) => {
             out.push(b'[');
-            for (i, item) in v.as_array().ok_or(Decline)?.iter().enumerate() {
+            for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
@@ -48,7 +48,7 @@ pub fn scalar<'v>(v: &'v Value, out: &mut Vec<u8>) -> Result<Scalar<'v>> {
             out.push(b']');
             Scalar::Nested(b'[')
         }
-        JsonType::Object => {
+        ValueRef::Object(_) => {
             let mut names = Names::new();
             object(v, out, &mut names, None, |_, value, out| {
                 write(value, out).map(|_| false)
@@ -321,21 +321,17 @@ pub fn image(
 
 /// A strict integer field (null → `None`; floats, strings and the rest declined).
 fn strict_int(v: &Value) -> Result<Option<i64>> {
-    match v.get_type() {
-        JsonType::Null => Ok(None),
-        JsonType::Number => v
-            .as_number()
-            .and_then(|n| n.as_i64())
-            .map(Some)
-            .ok_or(Decline),
+    match v.as_ref() {
+        ValueRef::Null => Ok(None),
+        ValueRef::Number(n) => n.as_i64().map(Some).ok_or(Decline),
         _ => Err(Decline),
     }
 }
 
 fn opt_str(v: &Value) -> Result<Option<&str>> {
-    match v.get_type() {
-        JsonType::Null => Ok(None),
-        JsonType::String => Ok(v.as_str()),
+    match v.as_ref() {
+        ValueRef::Null => Ok(None),
+        ValueRef::String(s) => Ok(Some(s)),
         _ => Err(Decline),
     }
 }

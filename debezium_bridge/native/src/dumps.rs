@@ -139,7 +139,7 @@ pub enum Format {
 
 /// One non-blank line (without its line terminator).
 pub fn parse_line(line: &[u8], format: Format) -> Result<DumpRecord<'_>> {
-    let text = std::str::from_utf8(line).map_err(|_| Decline)?;
+    let text = simdutf8::basic::from_utf8(line).map_err(|_| Decline)?;
     match format {
         Format::Lossless => {
             let l: Lossless = sonic_rs::from_str(text).map_err(|_| Decline)?;
