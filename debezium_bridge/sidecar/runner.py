@@ -169,10 +169,9 @@ class Sidecar:
     def _pipeline(self) -> Pipeline:
         c = self.config
         decoder = Decoder(c.decode_options(self.table_schemas), AvroDecoder(self.resolver))
-        # resume points (pending offsets, dedupe marks) are kept by the Python reference only
         return Pipeline(TranslatorConfig(pair_key_changes=c.pair_key_changes,
                                          max_pending=c.max_pending,
-                                         dedupe_capacity=c.dedupe_capacity, native="off"),
+                                         dedupe_capacity=c.dedupe_capacity, native=c.native),
                         decoder, c.ces, catalog=self.catalog)
 
     def _on_error(self, error: Any) -> None:

@@ -676,6 +676,7 @@ impl Decoder {
             column_order,
             partner_key,
             seq: None,
+            changed: None,
         })
     }
 }
