@@ -391,7 +391,9 @@ class Sidecar:
         self.metrics.units.set(len(self.units))
         self.dirty = True
         self.checkpoint(force=True)
-        log.info("adopted %d topic(s) in %.2f s", len(topics), time.monotonic() - started)
+        core = next((u.translator.is_native for u in self.units.values()), None)
+        log.info("adopted %d topic(s) in %.2f s%s", len(topics), time.monotonic() - started,
+                 "" if core is None else f"; translation core: {'native' if core else 'Python'}")
 
     def _start_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import TopicPartition
