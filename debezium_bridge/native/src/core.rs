@@ -153,8 +153,11 @@ fn hash128(parts: &dyn Fn(&mut dyn Hasher)) -> u128 {
 #[derive(Debug, Clone)]
 pub struct Mark {
     key: SortKey,
-    seen: Vec<(u8, Box<[u8]>)>,
+    seen: Seen,
 }
+
+/// The (op, key id) pairs seen at a mark's position.
+pub type Seen = Vec<(u8, Box<[u8]>)>;
 
 pub struct Core {
     pub config: Config,
@@ -366,7 +369,7 @@ impl Core {
 
     /// `Translator.resume_marks`: per tp, the mark of what was released, its (op, key) pairs
     /// sorted; `None` without [`Core::track_resume_points`].
-    pub fn resume_marks(&self) -> Option<Vec<(u32, SortKey, Vec<(u8, Box<[u8]>)>)>> {
+    pub fn resume_marks(&self) -> Option<Vec<(u32, SortKey, Seen)>> {
         let marks = self.released_marks.as_ref()?;
         let mut out: Vec<_> = marks
             .iter()
@@ -381,8 +384,8 @@ impl Core {
     }
 
     /// `Translator.restore_marks` of one partition (before its first record).
-    pub fn restore_mark(&mut self, tp: u32, key: SortKey, seen: Vec<(u8, Box<[u8]>)>) {
-        let mut unique: Vec<(u8, Box<[u8]>)> = Vec::with_capacity(seen.len());
+    pub fn restore_mark(&mut self, tp: u32, key: SortKey, seen: Seen) {
+        let mut unique: Seen = Vec::with_capacity(seen.len());
         for pair in seen {
             if !unique.contains(&pair) {
                 unique.push(pair);

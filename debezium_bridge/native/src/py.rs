@@ -24,6 +24,9 @@ type ScanResult<'py> = (usize, Vec<(String, i32, bool)>, Vec<Bound<'py, PyBytes>
 
 type TxTuple = (String, Option<i64>, Option<i64>, Option<String>);
 
+/// A saved replay mark: topic, partition, commit, change, serial, (op, key id) pairs.
+type SavedMark = (String, i32, Vec<u8>, Vec<u8>, i64, Vec<(String, Vec<u8>)>);
+
 const NEWKEY: &str = "__debezium.newkey";
 const OLDKEY: &str = "__debezium.oldkey";
 
@@ -785,11 +788,7 @@ impl NativeCore {
 
     /// Start partitions from saved marks: `(topic, partition, commit, change, serial,
     /// [(op, key id), ...])` each (also starts tracking resume points).
-    #[allow(clippy::type_complexity)]
-    fn restore_marks(
-        &mut self,
-        marks: Vec<(String, i32, Vec<u8>, Vec<u8>, i64, Vec<(String, Vec<u8>)>)>,
-    ) -> PyResult<()> {
+    fn restore_marks(&mut self, marks: Vec<SavedMark>) -> PyResult<()> {
         self.core.track_resume_points();
         for (topic, partition, commit, change, serial, seen) in marks {
             let lsn = |b: &[u8]| {
