@@ -408,6 +408,19 @@ class Translator:
         self.counters.merged += records - 1
         self._accept(event)
 
+    def process_events(self, events: Iterable[tuple[ChangeEvent, int]]) -> None:
+        """:meth:`process_event` for each ``(event, records)`` in order (one call into the
+        native core)."""
+        if self._core is not None:
+            try:
+                self._core.process_events([(native.flatten(event), event.record, records)
+                                           for event, records in events])
+            finally:
+                self._sync()
+            return
+        for event, records in events:
+            self.process_event(event, records)
+
     def drop_duplicate(self, records: int = 1) -> None:
         """Account for input records that repeat one already taken (an identical change-table
         row in overlapping exports)."""

@@ -730,6 +730,18 @@ impl NativeCore {
         Ok(())
     }
 
+    /// `process_event` for each `(event, record, records)` in order, in one call.
+    fn process_events(
+        &mut self,
+        py: Python<'_>,
+        events: Vec<(Bound<'_, PyTuple>, Bound<'_, PyAny>, i64)>,
+    ) -> PyResult<()> {
+        for (event, record, records) in &events {
+            self.process_event(py, event, record, *records)?;
+        }
+        Ok(())
+    }
+
     /// Input records that repeat one already taken.
     fn drop_duplicate(&mut self, records: i64) {
         self.core.count_records(records, true);
