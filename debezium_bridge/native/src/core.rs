@@ -1468,6 +1468,57 @@ mod tests {
         assert_eq!(c.counters.pending, 1);
     }
 
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Any sequence of events, TX ENDs (any bytes), idle/active partitions and restored
+        /// marks: no panic; the resume marks hold each (op, key) once, sorted; what waits is
+        /// what `pending_offsets` names; after `flush` nothing waits.
+        #[test]
+        fn resume_points_stay_consistent(
+            steps in proptest::collection::vec(
+                (0u8..6, 0i32..3, 0u8..8, 0usize..4, proptest::collection::vec(any::<u8>(), 0..12)),
+                0..60),
+        ) {
+            let mut c = core();
+            c.track_resume_points();
+            let mut offsets = [0i64; 3];
+            for (kind, partition, commit, op, bytes) in steps {
+                let topic = c.topic("srv.db.dbo.t");
+                let tp = c.tp(topic, partition);
+                match kind {
+                    0 | 1 => {
+                        let o = offsets[partition as usize];
+                        offsets[partition as usize] += 1;
+                        let e = event(&mut c, partition, o, commit, b"cudr"[op]);
+                        let _ = c.accept(e);
+                    }
+                    2 => {
+                        let _ = c.end_transaction(&bytes, op as i64);
+                    }
+                    3 => c.mark_idle(tp),
+                    4 => c.mark_active(tp),
+                    _ => c.restore_mark(
+                        tp,
+                        (lsn_key(&lsn(commit)), lsn_key(&lsn(commit)), 1),
+                        vec![(b"cudr"[op], bytes.clone().into()), (b"cudr"[op], bytes.into())],
+                    ),
+                }
+                for (_, _, seen) in c.resume_marks().unwrap_or_default() {
+                    prop_assert!(seen.windows(2).all(|w| w[0] < w[1]));
+                }
+                let waiting: usize = c.groups.values().map(|g| g.len()).sum();
+                prop_assert_eq!(waiting as i64, c.counters.pending);
+                prop_assert_eq!(c.pending_offsets().is_empty(), waiting == 0);
+            }
+            c.flush();
+            prop_assert!(c.pending_offsets().is_empty());
+            prop_assert_eq!(c.counters.pending, 0);
+        }
+    }
+
     #[test]
     fn lsn_keys_order_like_bytes() {
         let a = lsn_key(&Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
