@@ -375,7 +375,8 @@ class Conversion:
     @property
     def _writes_lines(self) -> bool:
         """Whether the output is exactly the canonical JSON lines (then the native core's
-        buffer is written as it is; change-table rows are translated by the Python core)."""
+        buffer is written as it is; change-table exports come out of ``CdcPipeline`` as
+        records)."""
         config = self.config
         return (config.format is OutputFormat.CANONICAL and config.file_layout == "values"
                 and not config.output_tombstones and not self.cdc)

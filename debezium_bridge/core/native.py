@@ -109,6 +109,7 @@ def flatten(event: ChangeEvent) -> tuple[Any, ...]:
         None if event.column_order is None else list(event.column_order),
         event.partner_key_id,
         event.seq,
+        None if event.changed is None else list(event.changed),
     )
 
 

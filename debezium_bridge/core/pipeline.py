@@ -179,10 +179,9 @@ class CdcPipeline:
                  lsn_times: LsnTimes | None = None) -> None:
         self.settings = settings or CdcSettings()
         self.instances = dict(instances)
-        # change-table rows are not Kafka records: they enter through process_event, which the
-        # Python reference implements (the native core reads Kafka records)
-        self.translator = Translator((config or TranslatorConfig()).model_copy(
-            update={"native": "off"}))
+        # change-table rows are not Kafka records: they enter through process_event (on the
+        # native core as flattened events, like the records its decoder declines)
+        self.translator = Translator(config or TranslatorConfig())
         self.ledger = KeyChangeLedger()
         self.catalog = ColumnCatalog()
         if lsn_times is None and self.settings.lsn_time_mapping:

@@ -273,12 +273,6 @@ class Translator:
         return 0 if self._core is None else int(self._core.declined_records)
 
     # -- the native core ----------------------------------------------------------------------
-    def _python_only(self, method: str) -> None:
-        """State that only the Python reference keeps (resume points for runners that commit
-        input offsets, events that are not Kafka records): such runners choose ``native: off``."""
-        if self._core is not None:
-            raise ConfigError(f"Translator.{method} needs the Python core (native: off)")
-
     def _declined(self, record: KafkaRecord) -> Iterable[native.Result]:
         if self.native_fallback is not None:
             return self.native_fallback(record)
@@ -344,7 +338,9 @@ class Translator:
         """Count a partition marked idle in the watermark again before it delivers (a runner
         that sees another partition of a topic wake up expects news from this one too: its
         records may just not have been fetched yet)."""
-        self._python_only("mark_active")
+        if self._core is not None:
+            self._core.mark_active(*partition)
+            return
         if partition in self._idle:
             self._idle.discard(partition)
             self._watermark = None
@@ -402,15 +398,36 @@ class Translator:
         """Take an event decoded from input that is not a Kafka record (SQL Server change-table
         rows, :mod:`debezium_bridge.formats.cdc`): ``records`` input records made it (2 for an
         update's old and new rows; the first counts as ``merged``)."""
-        self._python_only("process_event")
+        if self._core is not None:
+            try:
+                self._core.process_event(native.flatten(event), event.record, records)
+            finally:
+                self._sync()
+            return
         self.counters.records_in += records
         self.counters.merged += records - 1
         self._accept(event)
 
+    def process_events(self, events: Iterable[tuple[ChangeEvent, int]]) -> None:
+        """:meth:`process_event` for each ``(event, records)`` in order (one call into the
+        native core)."""
+        if self._core is not None:
+            try:
+                self._core.process_events([(native.flatten(event), event.record, records)
+                                           for event, records in events])
+            finally:
+                self._sync()
+            return
+        for event, records in events:
+            self.process_event(event, records)
+
     def drop_duplicate(self, records: int = 1) -> None:
         """Account for input records that repeat one already taken (an identical change-table
         row in overlapping exports)."""
-        self._python_only("drop_duplicate")
+        if self._core is not None:
+            self._core.drop_duplicate(records)
+            self._sync()
+            return
         self.counters.records_in += records
         self.counters.duplicates += records
 
@@ -436,7 +453,10 @@ class Translator:
         watermark. A count that is too high only delays release. Returns ``False`` when no
         event of that transaction has arrived yet (a runner reading the transaction topic
         ahead of the data may offer it again later), ``True`` otherwise."""
-        self._python_only("end_transaction")
+        if self._core is not None:
+            done = bool(self._core.end_transaction(commit, event_count))
+            self._sync()
+            return done
         if commit in self._commits:
             self._tx_expected[commit] = event_count
             self._release_ready()
@@ -617,14 +637,17 @@ class Translator:
         given back through :meth:`restore_marks`): replays of events released before the
         restart point are then still recognised, and everything from it on is decided exactly
         as before."""
-        self._python_only("track_resume_points")
+        if self._core is not None:
+            self._core.track_resume_points()
+            return
         if self._released_marks is None:
             self._released_marks = {}
 
     def pending_offsets(self) -> dict[TopicPartition, int]:
         """The lowest input offset still waiting in state, per partition (partitions with
         nothing waiting are absent). Committed offsets must not pass it. O(waiting events)."""
-        self._python_only("pending_offsets")
+        if self._core is not None:
+            return dict(self._core.pending_offsets())
         lowest: dict[TopicPartition, int] = {}
         for events in self._groups.values():
             for e in events:
@@ -643,7 +666,8 @@ class Translator:
         (or now, when nothing of it waits). Per partition, Debezium writes in position order and
         the watermark releases in position order, so the released events are exactly the ones
         before the lowest waiting one. Needs :meth:`track_resume_points`."""
-        self._python_only("resume_marks")
+        if self._core is not None:
+            return dict(self._core.resume_marks())
         if self._released_marks is None:
             raise RuntimeError("call track_resume_points() before processing")
         return {tp: (mark[0], tuple(sorted(mark[1])))
@@ -651,7 +675,10 @@ class Translator:
 
     def restore_marks(self, marks: Mapping[TopicPartition, ResumeMark]) -> None:
         """Start partitions from saved marks (:meth:`resume_marks`), before their first record."""
-        self._python_only("restore_marks")
+        if self._core is not None:
+            self._core.restore_marks([(tp[0], tp[1], key[0], key[1], key[2], list(locals_))
+                                      for tp, (key, locals_) in marks.items()])
+            return
         self.track_resume_points()
         assert self._released_marks is not None
         for tp, (sort_key, locals_) in marks.items():

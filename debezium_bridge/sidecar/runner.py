@@ -169,10 +169,9 @@ class Sidecar:
     def _pipeline(self) -> Pipeline:
         c = self.config
         decoder = Decoder(c.decode_options(self.table_schemas), AvroDecoder(self.resolver))
-        # resume points (pending offsets, dedupe marks) are kept by the Python reference only
         return Pipeline(TranslatorConfig(pair_key_changes=c.pair_key_changes,
                                          max_pending=c.max_pending,
-                                         dedupe_capacity=c.dedupe_capacity, native="off"),
+                                         dedupe_capacity=c.dedupe_capacity, native=c.native),
                         decoder, c.ces, catalog=self.catalog)
 
     def _on_error(self, error: Any) -> None:
@@ -392,7 +391,9 @@ class Sidecar:
         self.metrics.units.set(len(self.units))
         self.dirty = True
         self.checkpoint(force=True)
-        log.info("adopted %d topic(s) in %.2f s", len(topics), time.monotonic() - started)
+        core = next((u.translator.is_native for u in self.units.values()), None)
+        log.info("adopted %d topic(s) in %.2f s%s", len(topics), time.monotonic() - started,
+                 "" if core is None else f"; translation core: {'native' if core else 'Python'}")
 
     def _start_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import TopicPartition

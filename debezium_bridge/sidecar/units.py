@@ -174,7 +174,23 @@ class Unit:
         late = counters.late
         if self.at_end:
             self._wake(records)
-        for record in records:
+        if not reread_until and self.kind != "transaction":
+            # the common case: one call for the batch (the native core reads it in one go)
+            last_seen = self.last_seen
+            take = []
+            for record in records:
+                partition = record.partition
+                offset = record.offset if record.offset is not None else 0
+                if offset < position.get(partition, 0):
+                    continue  # already read (a fetch racing a seek)
+                take.append(record)
+                position[partition] = offset + 1
+                last_seen[partition] = now
+            pipeline.process_many(take)
+            records_seen: list[RawRecord] = []
+        else:
+            records_seen = records
+        for record in records_seen:
             partition = record.partition
             offset = record.offset if record.offset is not None else 0
             if offset < position.get(partition, 0):

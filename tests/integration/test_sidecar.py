@@ -22,6 +22,7 @@ import msgspec
 import pytest
 
 from debezium_bridge.clients.kafka import create_topics, produce
+from debezium_bridge.core import native
 from debezium_bridge.core.pipeline import Pipeline
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import RawRecord
@@ -209,6 +210,10 @@ def _exactly_once(kafka_bootstrap: str, data: Any, outputs: list[str], group: st
     assert set(keys) == set(data.expected) and set(keys.values()) == {1}
 
 
+def _expected_core() -> str:
+    return "native" if native.use_native("auto") else "Python"
+
+
 def test_sigterm_finishes_the_batch_and_exits_within_the_bound(
         kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path) -> None:
     data, config, outputs = _stream(tmp_path, kafka_bootstrap, kafka_embedded, "sigterm",
@@ -219,6 +224,9 @@ def test_sigterm_finishes_the_batch_and_exits_within_the_bound(
                                     registry={"basic.auth.user.info": "u:s3cr3t-registry"})
     first = Sidecar(config, tmp_path / "first.log")
     assert first.wait_for("adopted", timeout=60), first.text()[-2000:]
+    # the core the environment selects (DEBEZIUM_BRIDGE_NATIVE, else native where it is built)
+    assert first.wait_for(f"translation core: {_expected_core()}", timeout=10), \
+        first.text()[-2000:]
     time.sleep(0.5)  # mid-stream
     first.process.send_signal(signal.SIGTERM)
     sent = time.monotonic()

@@ -1,7 +1,9 @@
 """Resuming the translator from committed offsets: a run stopped at any point and restarted
 from each partition's lowest waiting offset, with the replay-dedupe marks it had there, writes
 exactly what one uninterrupted run writes (nothing twice, nothing lost), even when connector
-restarts re-send events across the restart point."""
+restarts re-send events across the restart point. Every test runs on both translation cores
+(tests/unit/conftest.py); the differential suite also checks that the two keep the same resume
+points."""
 
 from __future__ import annotations
 
@@ -12,27 +14,15 @@ import pytest
 
 from debezium_bridge.core import Translator
 from debezium_bridge.core.settings import TranslatorConfig
-from debezium_bridge.errors import ConfigError
 from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.testing.simulator import CUSTOMERS
 from tests.integration.sidecar_support import table, topic_of, traffic
 
 
-@pytest.fixture
-def translation_core(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Resume points are kept by the Python core only (the sidecar runs it): one run each."""
-    monkeypatch.setenv("DEBEZIUM_BRIDGE_NATIVE", "0")
-    return "python"
-
-
-def test_the_native_core_refuses_resume_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DEBEZIUM_BRIDGE_NATIVE", "1")
-    translator = Translator(TranslatorConfig(native="on"))
-    with pytest.raises(ConfigError, match="Python core"):
-        translator.track_resume_points()
-    with pytest.raises(ConfigError, match="Python core"):
-        translator.pending_offsets()
+def test_each_core_keeps_its_own_resume_points(translation_core: str) -> None:
+    """The run below is on the core the suite selected (no silent fallback)."""
+    assert Translator(TranslatorConfig()).is_native == (translation_core == "native")
 
 
 def _stream(seed: int) -> list[RawRecord]:
@@ -51,7 +41,7 @@ def _stream(seed: int) -> list[RawRecord]:
 
 
 def _translator(records: list[RawRecord]) -> Translator:
-    translator = Translator(TranslatorConfig(native="off"))
+    translator = Translator(TranslatorConfig())
     translator.track_resume_points()
     translator.expect({(r.topic, r.partition) for r in records
                        if r.topic in (topic_of(CUSTOMERS), topic_of(table("orders")))})

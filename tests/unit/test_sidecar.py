@@ -37,13 +37,6 @@ from tests.integration.sidecar_support import table, topic_of, traffic
 # -- settings --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def translation_core(monkeypatch: pytest.MonkeyPatch) -> str:
-    """The sidecar runs the Python core (resume points): these tests run once."""
-    monkeypatch.setenv("DEBEZIUM_BRIDGE_NATIVE", "0")
-    return "python"
-
-
 def test_settings_from_flags_file_environment_and_x(tmp_path, monkeypatch) -> None:
     path = tmp_path / "sidecar.yaml"
     path.write_text("subscribe: [a.b.c.d]\ngroup_id: g1\nconsumer: {session.timeout.ms: '6000'}\n"
@@ -225,7 +218,7 @@ def _unit(state: UnitState | None = None) -> Unit:
     from debezium_bridge.core.pipeline import Pipeline
 
     start = {p: 0 for p in range(3)}
-    return Unit(topic_of(CUSTOMERS), range(3), Pipeline(TranslatorConfig(native="off")), start,
+    return Unit(topic_of(CUSTOMERS), range(3), Pipeline(TranslatorConfig()), start,
                 state)
 
 

@@ -103,6 +103,7 @@ class EventSink(Protocol):
     """Where decoded events go (the translator): ``records`` input rows made ``event``."""
 
     def process_event(self, event: ChangeEvent, records: int = 1) -> None: ...
+    def process_events(self, events: Iterable[tuple[ChangeEvent, int]]) -> None: ...
     def reject(self, dead_letter: DeadLetter) -> None: ...
     def drop_duplicate(self, records: int = 1) -> None: ...
 
@@ -451,8 +452,7 @@ class CdcDecoder:
         # __$command_id order need not follow __$seqval, and the translator takes a position
         # below its partition's mark for a replay)
         events.sort(key=lambda item: (item[0].sort_key, item[0].op != "d"))
-        for event, records in events:
-            self.sink.process_event(event, records)
+        self.sink.process_events(events)
 
     def _deduplicated(self, rows: list[_Row]) -> list[_Row]:
         rows.sort(key=lambda r: r.order)

@@ -35,6 +35,23 @@ pub fn lsn_key(lsn: &crate::lsn::Lsn) -> LsnKey {
     }
 }
 
+/// The bytes an [`LsnKey`] stands for (`b""` for NULL, else the 10 bytes).
+pub fn lsn_bytes(key: LsnKey) -> Vec<u8> {
+    if key == 0 {
+        return Vec::new();
+    }
+    (0..10).rev().map(|i| (key >> (8 * i)) as u8).collect()
+}
+
+/// The [`LsnKey`] of LSN bytes (`None` unless empty or 10 bytes long).
+pub fn lsn_key_of(bytes: &[u8]) -> Option<LsnKey> {
+    match bytes.len() {
+        0 => Some(0),
+        10 => <[u8; 10]>::try_from(bytes).ok().map(|b| lsn_key(&Some(b))),
+        _ => None,
+    }
+}
+
 pub type SortKey = (LsnKey, LsnKey, i64);
 type GroupKey = (LsnKey, LsnKey, Arc<str>);
 
@@ -130,11 +147,16 @@ fn hash128(parts: &dyn Fn(&mut dyn Hasher)) -> u128 {
     ((a.finish() as u128) << 64) | b.finish() as u128
 }
 
-/// Per topic-partition replay mark (`_partition_marks`).
-struct Mark {
+/// Per topic-partition replay mark (`_partition_marks`): the highest position seen and the
+/// (op, key) pairs seen at it.
+#[derive(Debug, Clone)]
+pub struct Mark {
     key: SortKey,
-    seen: Vec<(u8, Box<[u8]>)>,
+    seen: Seen,
 }
+
+/// The (op, key id) pairs seen at a mark's position.
+pub type Seen = Vec<(u8, Box<[u8]>)>;
 
 pub struct Core {
     pub config: Config,
@@ -160,6 +182,9 @@ pub struct Core {
     released_upto: Option<GroupKey>,
     tx_expected: hashbrown::HashMap<LsnKey, i64>,
     commits: hashbrown::HashMap<LsnKey, [i64; 2]>,
+    /// With [`Core::track_resume_points`]: per tp, the dedupe mark of what was released
+    /// (`_released_marks`).
+    released_marks: Option<hashbrown::HashMap<u32, Mark>>,
     // output
     pub out: Vec<u8>,
     pub out_records: usize,
@@ -234,6 +259,7 @@ impl Core {
             released_upto: None,
             tx_expected: Default::default(),
             commits: Default::default(),
+            released_marks: None,
             out: Vec::new(),
             out_records: 0,
             line_ends: Vec::new(),
@@ -277,11 +303,129 @@ impl Core {
         self.release_ready();
     }
 
+    /// `Translator.mark_active`: count an idle partition in the watermark again.
+    pub fn mark_active(&mut self, tp: u32) {
+        if self.idle.remove(&tp) {
+            self.watermark = None;
+        }
+    }
+
     /// A TX END with its complete event count (`Translator._side`).
     pub fn tx_end(&mut self, commit: LsnKey, event_count: i64) {
-        if self.commits.contains_key(&commit) {
-            self.tx_expected.insert(commit, event_count);
-            self.release_ready();
+        self.end_transaction(&lsn_bytes(commit), event_count);
+    }
+
+    /// `Translator.end_transaction`: `commit` in `parse_lsn` form (bytes, compared as bytes).
+    /// `false` when no event of that transaction has arrived yet.
+    pub fn end_transaction(&mut self, commit: &[u8], event_count: i64) -> bool {
+        if let Some(key) = lsn_key_of(commit) {
+            if self.commits.contains_key(&key) {
+                self.tx_expected.insert(key, event_count);
+                self.release_ready();
+                return true;
+            }
+        }
+        self.released_upto
+            .as_ref()
+            .is_some_and(|upto| commit < lsn_bytes(upto.0).as_slice())
+    }
+
+    /// `Translator.process_event` / `drop_duplicate`'s accounting: `records` input records
+    /// made one event (the first counts as `merged`), or repeat one already taken.
+    pub fn count_records(&mut self, records: i64, duplicate: bool) {
+        self.counters.records_in += records;
+        if duplicate {
+            self.counters.duplicates += records;
+        } else {
+            self.counters.merged += records - 1;
+        }
+    }
+
+    // -- resume points ----------------------------------------------------------------------
+    /// `Translator.track_resume_points`.
+    pub fn track_resume_points(&mut self) {
+        if self.released_marks.is_none() {
+            self.released_marks = Some(Default::default());
+        }
+    }
+
+    /// `Translator.pending_offsets`: the lowest input offset waiting per tp.
+    pub fn pending_offsets(&self) -> hashbrown::HashMap<u32, i64> {
+        let mut lowest: hashbrown::HashMap<u32, i64> = Default::default();
+        for events in self.groups.values() {
+            for e in events {
+                let Some(offset) = e.origin.offset else {
+                    continue;
+                };
+                lowest
+                    .entry(e.origin.tp)
+                    .and_modify(|o| *o = (*o).min(offset))
+                    .or_insert(offset);
+            }
+        }
+        lowest
+    }
+
+    /// `Translator.resume_marks`: per tp, the mark of what was released, its (op, key) pairs
+    /// sorted; `None` without [`Core::track_resume_points`].
+    pub fn resume_marks(&self) -> Option<Vec<(u32, SortKey, Seen)>> {
+        let marks = self.released_marks.as_ref()?;
+        let mut out: Vec<_> = marks
+            .iter()
+            .map(|(&tp, mark)| {
+                let mut seen = mark.seen.clone();
+                seen.sort();
+                (tp, mark.key, seen)
+            })
+            .collect();
+        out.sort_by_key(|m| m.0);
+        Some(out)
+    }
+
+    /// `Translator.restore_marks` of one partition (before its first record).
+    pub fn restore_mark(&mut self, tp: u32, key: SortKey, seen: Seen) {
+        let mut unique: Seen = Vec::with_capacity(seen.len());
+        for pair in seen {
+            if !unique.contains(&pair) {
+                unique.push(pair);
+            }
+        }
+        let mark = Mark { key, seen: unique };
+        self.marks.insert(tp, mark.clone());
+        self.released_marks
+            .get_or_insert_with(Default::default)
+            .insert(tp, mark);
+    }
+
+    /// `Translator._note_released` of one event.
+    fn note_released(&mut self, e: &Event) {
+        if e.is_snapshot_identity(self.incremental) {
+            return; // snapshot rows are not in the partition marks
+        }
+        let sk = Self::sort_key(e);
+        let Some(marks) = self.released_marks.as_mut() else {
+            return;
+        };
+        match marks.get_mut(&e.origin.tp) {
+            Some(mark) if sk <= mark.key => {
+                if sk == mark.key
+                    && !mark
+                        .seen
+                        .iter()
+                        .any(|(o, k)| *o == e.op && **k == *e.key_bytes())
+                {
+                    mark.seen.push((e.op, e.key_bytes().into()));
+                }
+            }
+            _ => {
+                marks.insert(
+                    e.origin.tp,
+                    Mark {
+                        key: sk,
+                        seen: vec![(e.op, e.key_bytes().into())],
+                    },
+                );
+            }
         }
     }
 
@@ -399,6 +543,9 @@ impl Core {
         if let Some(upto) = &self.released_upto {
             if commit < upto.0 || (commit == upto.0 && change <= upto.1) {
                 self.counters.late += 1;
+                if self.released_marks.is_some() {
+                    self.note_released(&e);
+                }
                 self.emit_group(vec![e]);
                 return None;
             }
@@ -509,6 +656,11 @@ impl Core {
         }
         let commit = key.0;
         self.released_upto = Some(key);
+        if self.released_marks.is_some() {
+            for e in &events {
+                self.note_released(e);
+            }
+        }
         if let Some(counts) = self.commits.get_mut(&commit) {
             if counts[1] > n {
                 counts[1] -= n;
@@ -684,6 +836,10 @@ impl Core {
         out.extend_from_slice(b",\"changed_columns\":[");
         let unavailable = &e.unavailable;
         match e.op {
+            b'u' if e.changed.is_some() => {
+                // the source says (CDC update mask)
+                write_listed(&mut out, e.changed.as_deref().unwrap_or(&[]), unavailable);
+            }
             b'u' => changed(
                 &mut out,
                 e,
@@ -740,15 +896,21 @@ impl Core {
         out.extend_from_slice(b",\"after\":");
         write_image(&mut out, c, &c.after);
         out.extend_from_slice(b",\"changed_columns\":[");
-        changed(
-            &mut out,
-            d,
-            d.before.as_ref(),
-            c,
-            c.after.as_ref(),
-            &unavailable,
-            c.column_order.as_deref(),
-        );
+        match (&c.changed, &d.changed) {
+            // halves of one update (rows 3 + 4 whose keys differ): its update mask says
+            (Some(cc), Some(dc)) if cc == dc && d.partner_key.is_some() => {
+                write_listed(&mut out, cc, &unavailable);
+            }
+            _ => changed(
+                &mut out,
+                d,
+                d.before.as_ref(),
+                c,
+                c.after.as_ref(),
+                &unavailable,
+                c.column_order.as_deref(),
+            ),
+        }
         out.extend_from_slice(b"],\"unavailable_columns\":[");
         write_names(&mut out, &unavailable);
         out.push(b']');
@@ -896,6 +1058,7 @@ fn unreachable_event() -> Event {
         column_order: None,
         partner_key: None,
         seq: None,
+        changed: None,
     }
 }
 
@@ -923,6 +1086,21 @@ fn write_names(out: &mut Vec<u8>, names: &[Box<str>]) {
             out.push(b',');
         }
         jsonw::write_str(out, n);
+    }
+}
+
+/// `[c for c in listed if c not in unavailable]`, as JSON strings.
+fn write_listed(out: &mut Vec<u8>, listed: &[String], unavailable: &[Box<str>]) {
+    let mut first = true;
+    for name in listed {
+        if unavailable.iter().any(|u| **u == **name) {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        jsonw::write_str(out, name);
     }
 }
 
@@ -1181,6 +1359,186 @@ mod tests {
             write_iso_ms(&mut cached, Some(ms));
             write_iso_ms_uncached(&mut plain, Some(ms));
             assert_eq!(cached, plain, "{ms}");
+        }
+    }
+
+    fn lsn(n: u8) -> crate::lsn::Lsn {
+        Some([0, 0, 0, 0, 0, 0, 0, 0, 0, n])
+    }
+
+    fn event(core: &mut Core, partition: i32, offset: i64, commit: u8, op: u8) -> Event {
+        let topic = core.topic("srv.db.dbo.t");
+        let tp = core.tp(topic, partition);
+        let mut e = unreachable_event();
+        e.origin = crate::event::Origin {
+            topic,
+            partition,
+            offset: Some(offset),
+            tp,
+        };
+        e.table = core.interner.table(Some("db"), "dbo", "t");
+        e.source = core
+            .interner
+            .source(Some("sqlserver"), Some("srv"), Some("2.7.0.Final"));
+        e.snapshot = core.interner.snapshot("false");
+        e.op = op;
+        e.buf = b"{\"id\":1}".to_vec();
+        e.key = (0, e.buf.len() as u32);
+        e.commit = lsn(commit);
+        e.change = lsn(commit);
+        e.serial = Some(1);
+        e
+    }
+
+    fn core() -> Core {
+        Core::new(Config {
+            pair_key_changes: true,
+            max_pending: 1000,
+            dedupe_capacity: 100,
+        })
+    }
+
+    #[test]
+    fn lsn_bytes_round_trip() {
+        assert_eq!(lsn_bytes(0), Vec::<u8>::new());
+        assert_eq!(lsn_key_of(b""), Some(0));
+        let key = lsn_key(&lsn(7));
+        assert_eq!(lsn_bytes(key), vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        assert_eq!(lsn_key_of(&lsn_bytes(key)), Some(key));
+        assert_eq!(lsn_key_of(b"short"), None);
+    }
+
+    #[test]
+    fn resume_points_follow_what_is_released() {
+        let mut c = core();
+        assert!(c.resume_marks().is_none());
+        c.track_resume_points();
+        let other = c.topic("srv.db.dbo.t");
+        let tp1 = c.tp(other, 1);
+        c.expect(tp1); // partition 1 is silent: nothing is released
+        let e = event(&mut c, 0, 5, 3, b'c');
+        assert!(c.accept(e).is_none());
+        let e = event(&mut c, 0, 6, 4, b'u');
+        assert!(c.accept(e).is_none());
+        let tp0 = c.tp(other, 0);
+        let pending: Vec<_> = c.pending_offsets().into_iter().collect();
+        assert_eq!(pending, vec![(tp0, 5)]);
+        assert_eq!(c.resume_marks().map(|m| m.len()), Some(0));
+        // a TX END of a commit nothing arrived for, before anything was released
+        assert!(!c.end_transaction(&lsn_bytes(lsn_key(&lsn(9))), 1));
+        // the first transaction is whole: released, and its mark is the resume mark
+        assert!(c.end_transaction(&lsn_bytes(lsn_key(&lsn(3))), 1));
+        assert_eq!(c.counters.pending, 1);
+        let marks = c.resume_marks().unwrap_or_default();
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks[0].1, (lsn_key(&lsn(3)), lsn_key(&lsn(3)), 1));
+        assert_eq!(
+            marks[0].2,
+            vec![(b'c', b"{\"id\":1}".to_vec().into_boxed_slice())]
+        );
+        assert_eq!(c.pending_offsets().get(&tp0), Some(&6));
+        // a commit below what was released has been decided
+        assert!(c.end_transaction(&lsn_bytes(lsn_key(&lsn(2))), 1));
+        c.flush();
+        assert!(c.pending_offsets().is_empty());
+        assert_eq!(c.resume_marks().unwrap_or_default()[0].2[0].0, b'u');
+    }
+
+    #[test]
+    fn restored_marks_decide_replays() {
+        let mut c = core();
+        c.restore_mark(
+            0,
+            (lsn_key(&lsn(4)), lsn_key(&lsn(4)), 1),
+            vec![(b'c', b"{\"id\":1}".to_vec().into_boxed_slice())],
+        );
+        let topic = c.topic("srv.db.dbo.t");
+        assert_eq!(c.tp(topic, 0), 0);
+        let below = event(&mut c, 0, 1, 3, b'c');
+        assert!(c.accept(below).is_none());
+        let same = event(&mut c, 0, 2, 4, b'c');
+        assert!(c.accept(same).is_none());
+        assert_eq!(c.counters.duplicates, 2);
+        let other_op = event(&mut c, 0, 3, 4, b'u');
+        assert!(c.accept(other_op).is_none());
+        assert_eq!((c.counters.duplicates, c.counters.pending), (2, 1));
+        c.count_records(2, false);
+        c.count_records(1, true);
+        assert_eq!(
+            (
+                c.counters.records_in,
+                c.counters.merged,
+                c.counters.duplicates
+            ),
+            (3, 1, 3)
+        );
+    }
+
+    #[test]
+    fn an_active_partition_holds_the_watermark_again() {
+        let mut c = core();
+        let topic = c.topic("srv.db.dbo.t");
+        let tp1 = c.tp(topic, 1);
+        c.expect(tp1);
+        c.mark_idle(tp1);
+        c.mark_active(tp1);
+        for (offset, commit) in [(0, 3), (1, 5)] {
+            let e = event(&mut c, 0, offset, commit, b'c');
+            assert!(c.accept(e).is_none());
+        }
+        assert_eq!(c.counters.pending, 2, "partition 1 holds the release again");
+        c.mark_idle(tp1);
+        assert_eq!(c.counters.pending, 1);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Any sequence of events, TX ENDs (any bytes), idle/active partitions and restored
+        /// marks: no panic; the resume marks hold each (op, key) once, sorted; what waits is
+        /// what `pending_offsets` names; after `flush` nothing waits.
+        #[test]
+        fn resume_points_stay_consistent(
+            steps in proptest::collection::vec(
+                (0u8..6, 0i32..3, 0u8..8, 0usize..4, proptest::collection::vec(any::<u8>(), 0..12)),
+                0..60),
+        ) {
+            let mut c = core();
+            c.track_resume_points();
+            let mut offsets = [0i64; 3];
+            for (kind, partition, commit, op, bytes) in steps {
+                let topic = c.topic("srv.db.dbo.t");
+                let tp = c.tp(topic, partition);
+                match kind {
+                    0 | 1 => {
+                        let o = offsets[partition as usize];
+                        offsets[partition as usize] += 1;
+                        let e = event(&mut c, partition, o, commit, b"cudr"[op]);
+                        let _ = c.accept(e);
+                    }
+                    2 => {
+                        let _ = c.end_transaction(&bytes, op as i64);
+                    }
+                    3 => c.mark_idle(tp),
+                    4 => c.mark_active(tp),
+                    _ => c.restore_mark(
+                        tp,
+                        (lsn_key(&lsn(commit)), lsn_key(&lsn(commit)), 1),
+                        vec![(b"cudr"[op], bytes.clone().into()), (b"cudr"[op], bytes.into())],
+                    ),
+                }
+                for (_, _, seen) in c.resume_marks().unwrap_or_default() {
+                    prop_assert!(seen.windows(2).all(|w| w[0] < w[1]));
+                }
+                let waiting: usize = c.groups.values().map(|g| g.len()).sum();
+                prop_assert_eq!(waiting as i64, c.counters.pending);
+                prop_assert_eq!(c.pending_offsets().is_empty(), waiting == 0);
+            }
+            c.flush();
+            prop_assert!(c.pending_offsets().is_empty());
+            prop_assert_eq!(c.counters.pending, 0);
         }
     }
 

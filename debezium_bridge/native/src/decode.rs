@@ -679,6 +679,7 @@ impl Decoder {
             column_order,
             partner_key,
             seq: None,
+            changed: None,
         })
     }
 }

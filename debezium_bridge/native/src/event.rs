@@ -59,6 +59,9 @@ pub struct Event {
     pub partner_key: Option<Box<[u8]>>,
     /// `seq` text when it was given (fallback events); else computed from the position.
     pub seq: Option<Box<str>>,
+    /// Columns the source says an update changed (`ChangeEvent.changed`: the update mask of
+    /// change-table rows), in column order; `None`: found by comparing the images.
+    pub changed: Option<Arc<[String]>>,
 }
 
 impl Event {

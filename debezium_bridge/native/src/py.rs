@@ -24,6 +24,9 @@ type ScanResult<'py> = (usize, Vec<(String, i32, bool)>, Vec<Bound<'py, PyBytes>
 
 type TxTuple = (String, Option<i64>, Option<i64>, Option<String>);
 
+/// A saved replay mark: topic, partition, commit, change, serial, (op, key id) pairs.
+type SavedMark = (String, i32, Vec<u8>, Vec<u8>, i64, Vec<(String, Vec<u8>)>);
+
 const NEWKEY: &str = "__debezium.newkey";
 const OLDKEY: &str = "__debezium.oldkey";
 
@@ -186,6 +189,12 @@ impl NativeCore {
             }
         }
         None
+    }
+
+    /// `(topic, partition)` of a tp id.
+    fn tp_key(&self, tp: u32) -> (&str, i32) {
+        let (topic, partition) = self.core.tps[tp as usize];
+        (&self.core.topics[topic as usize], partition)
     }
 
     fn push_dead(&mut self, letter: Py<PyAny>) {
@@ -351,6 +360,11 @@ impl NativeCore {
         let column_order: Option<Vec<String>> = t.get_item(21)?.extract()?;
         let partner: Option<Vec<u8>> = t.get_item(22)?.extract()?;
         let seq: String = t.get_item(23)?.extract()?;
+        let changed: Option<Vec<String>> = if t.len() > 24 {
+            t.get_item(24)?.extract()?
+        } else {
+            None
+        };
         let op = match op.as_str() {
             "c" => b'c',
             "u" => b'u',
@@ -452,6 +466,7 @@ impl NativeCore {
             } else {
                 Some(seq.into_boxed_str())
             },
+            changed: changed.map(|c| c.into()),
         })
     }
 }
@@ -689,6 +704,122 @@ impl NativeCore {
         let t = self.core.topic(topic);
         let tp = self.core.tp(t, partition);
         self.core.mark_idle(tp);
+    }
+
+    /// Count a partition marked idle in the watermark again (`Translator.mark_active`).
+    fn mark_active(&mut self, topic: &str, partition: i32) {
+        let t = self.core.topic(topic);
+        let tp = self.core.tp(t, partition);
+        self.core.mark_active(tp);
+    }
+
+    /// An event decoded from input that is not a Kafka record (flattened `ChangeEvent`, its
+    /// record for a replay-mismatch dead letter): `records` input records made it.
+    fn process_event(
+        &mut self,
+        py: Python<'_>,
+        event: &Bound<'_, PyTuple>,
+        record: &Bound<'_, PyAny>,
+        records: i64,
+    ) -> PyResult<()> {
+        let event = self.event_from_tuple(event)?;
+        self.core.count_records(records, false);
+        if let Some(message) = self.core.accept(event) {
+            self.mismatch_letter(py, record, message)?;
+        }
+        Ok(())
+    }
+
+    /// `process_event` for each `(event, record, records)` in order, in one call.
+    fn process_events(
+        &mut self,
+        py: Python<'_>,
+        events: Vec<(Bound<'_, PyTuple>, Bound<'_, PyAny>, i64)>,
+    ) -> PyResult<()> {
+        for (event, record, records) in &events {
+            self.process_event(py, event, record, *records)?;
+        }
+        Ok(())
+    }
+
+    /// Input records that repeat one already taken.
+    fn drop_duplicate(&mut self, records: i64) {
+        self.core.count_records(records, true);
+    }
+
+    /// A transaction END for the transaction committed at `commit` (`parse_lsn` bytes) with
+    /// `event_count` events; `False` when none of its events has arrived yet.
+    fn end_transaction(&mut self, commit: &[u8], event_count: i64) -> bool {
+        self.core.end_transaction(commit, event_count)
+    }
+
+    /// Keep the released dedupe marks per partition (for `resume_marks`).
+    fn track_resume_points(&mut self) {
+        self.core.track_resume_points();
+    }
+
+    /// The lowest input offset still waiting, per `(topic, partition)`.
+    fn pending_offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (tp, offset) in self.core.pending_offsets() {
+            d.set_item(self.tp_key(tp), offset)?;
+        }
+        Ok(d)
+    }
+
+    /// Per `(topic, partition)`: `((commit, change, serial), ((op, key id), ...))`, the
+    /// replay-dedupe mark of what was released (pairs sorted).
+    fn resume_marks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let Some(marks) = self.core.resume_marks() else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "call track_resume_points() before processing",
+            ));
+        };
+        let d = PyDict::new(py);
+        for (tp, key, seen) in marks {
+            let position = (
+                PyBytes::new(py, &crate::core::lsn_bytes(key.0)),
+                PyBytes::new(py, &crate::core::lsn_bytes(key.1)),
+                key.2,
+            );
+            let mut pairs = Vec::with_capacity(seen.len());
+            for (op, id) in seen {
+                let op = char::from(op).to_string();
+                pairs.push(PyTuple::new(
+                    py,
+                    [
+                        PyString::new(py, &op).into_any(),
+                        PyBytes::new(py, &id).into_any(),
+                    ],
+                )?);
+            }
+            d.set_item(self.tp_key(tp), (position, PyTuple::new(py, pairs)?))?;
+        }
+        Ok(d)
+    }
+
+    /// Start partitions from saved marks: `(topic, partition, commit, change, serial,
+    /// [(op, key id), ...])` each (also starts tracking resume points).
+    fn restore_marks(&mut self, marks: Vec<SavedMark>) -> PyResult<()> {
+        self.core.track_resume_points();
+        for (topic, partition, commit, change, serial, seen) in marks {
+            let lsn = |b: &[u8]| {
+                crate::core::lsn_key_of(b)
+                    .ok_or_else(|| PyValueError::new_err("a mark's LSN is empty or 10 bytes long"))
+            };
+            let key = (lsn(&commit)?, lsn(&change)?, serial);
+            let mut pairs = Vec::with_capacity(seen.len());
+            for (op, id) in seen {
+                let &[op] = op.as_bytes() else {
+                    return Err(PyValueError::new_err(format!("unknown op {op:?}")));
+                };
+                pairs.push((op, id.into_boxed_slice()));
+            }
+            let t = self.core.topic(&topic);
+            let tp = self.core.tp(t, partition);
+            self.core.restore_mark(tp, key, pairs);
+        }
+        Ok(())
     }
 
     fn flush(&mut self) {
