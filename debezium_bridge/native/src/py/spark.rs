@@ -259,6 +259,8 @@ impl SparkDecoder {
             wire::write(&mut buf, &event, &name, stamp, interner);
             payload.append_value(&buf);
         }
+        self.inner.declined_records += declined.len() as i64;
+        self.inner.native_records += records;
         let columns: Vec<(Arc<Field>, ArrayRef)> = vec![
             (
                 Arc::new(Field::new("bucket", DataType::Int32, false)),
