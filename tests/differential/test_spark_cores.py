@@ -17,6 +17,7 @@ in ``tests/integration/test_spark_cores.py``.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import random
 from pathlib import Path
@@ -68,7 +69,7 @@ def _stage(stream: Stream, config: Any, splits: list[int], on_native: bool) -> t
     staged = []
     declined = 0
     bounds = [0, *splits, len(stream.records)]
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         batch = arrow_batch(stream.records[start:end])
         if on_native:
             spark_decoder = T._spark_decoder(spec, decoder)
