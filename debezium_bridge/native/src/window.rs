@@ -54,12 +54,16 @@ pub struct Counts {
     pub released_by_watermark: i64,
 }
 
-type GroupKey = (std::sync::Arc<str>, u128, Vec<u8>);
+/// (table_id, commit, is an initial snapshot row, change LSN or the snapshot row's key hash)
+type GroupKey = (std::sync::Arc<str>, u128, u8, u128);
 
-#[derive(Default)]
-struct Group {
-    seen: hashbrown::HashMap<(i64, u8, Box<[u8]>), u64>,
-    waiting: Vec<Event>,
+/// A 128-bit hash of `data` (fixed seeds: the same in every process).
+fn key_hash(seed: u64, data: &[u8]) -> u128 {
+    let mut a = digest_hasher(seed << 1);
+    let mut b = digest_hasher((seed << 1) | 1);
+    a.write(data);
+    b.write(data);
+    ((a.finish() as u128) << 64) | b.finish() as u128
 }
 
 /// The release of one bucket of a batch DataFrame.
@@ -170,74 +174,110 @@ impl BatchWindow {
     /// Dedupe, pair and release everything taken (the whole input: a batch DataFrame); the
     /// records are then in `core.out` (see [`BatchWindow::sorted_lines`]).
     pub fn release_all(&mut self) {
-        let mut items = std::mem::take(&mut self.items);
-        // position order; copies of one event by their Kafka coordinates
+        let items = std::mem::take(&mut self.items);
+        // position order; copies of one event by their Kafka coordinates (topics by name)
+        let mut topic_rank: Vec<u32> = vec![0; self.core.topics.len()];
         {
-            let topics = &self.core.topics;
-            items.sort_by(|a, b| {
-                let (x, y) = (&a.event, &b.event);
-                sort_key(x)
-                    .cmp(&sort_key(y))
-                    .then_with(|| {
-                        topics[x.origin.topic as usize].cmp(&topics[y.origin.topic as usize])
-                    })
-                    .then_with(|| x.origin.partition.cmp(&y.origin.partition))
-                    .then_with(|| {
-                        x.origin
-                            .offset
-                            .unwrap_or(-1)
-                            .cmp(&y.origin.offset.unwrap_or(-1))
-                    })
-            });
+            let mut by_name: Vec<u32> = (0..self.core.topics.len() as u32).collect();
+            by_name
+                .sort_by(|&a, &b| self.core.topics[a as usize].cmp(&self.core.topics[b as usize]));
+            for (rank, &t) in by_name.iter().enumerate() {
+                topic_rank[t as usize] = rank as u32;
+            }
         }
+        type Order = (SortKey, u32, i32, i64, usize);
+        let mut order: Vec<Order> = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| {
+                let o = &it.event.origin;
+                (
+                    sort_key(&it.event),
+                    topic_rank[o.topic as usize],
+                    o.partition,
+                    o.offset.unwrap_or(-1),
+                    i,
+                )
+            })
+            .collect();
+        order.sort_unstable();
+        let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let pair = self.core.config.pair_key_changes;
-        let mut groups: hashbrown::HashMap<GroupKey, Group> = hashbrown::HashMap::new();
-        let mut ready: Vec<Event> = Vec::new();
-        for item in items {
+        // identity (group, serial, op, key) -> image digest of its first copy
+        let mut seen: hashbrown::HashMap<u128, u64> =
+            hashbrown::HashMap::with_capacity(order.len());
+        let mut groups: hashbrown::HashMap<GroupKey, Vec<Event>> = hashbrown::HashMap::new();
+        let mut ready: Vec<Event> = Vec::with_capacity(order.len());
+        let total: usize = slots
+            .iter()
+            .flatten()
+            .map(|i| i.event.buf.len() * 2 + 600)
+            .sum();
+        self.core.out.reserve(total);
+        for &(sk, _, _, _, index) in &order {
+            let Some(item) = slots[index].take() else {
+                continue;
+            };
             let e = item.event;
             let table_id = self.core.interner.tables[e.table as usize].table_id.clone();
-            let sk = sort_key(&e);
-            let local = if e.is_snapshot_identity(self.incremental) {
-                let mut k = Vec::with_capacity(e.key_bytes().len() + 1);
-                k.push(b'r');
-                k.extend_from_slice(e.key_bytes());
-                k
+            let snapshot = e.is_snapshot_identity(self.incremental);
+            let local = if snapshot {
+                key_hash(1, e.key_bytes())
             } else {
-                sk.1.to_be_bytes().to_vec()
+                sk.1
             };
-            let group = groups.entry((table_id, sk.0, local)).or_default();
-            let identity = (sk.2, e.op, Box::<[u8]>::from(e.key_bytes()));
-            let digest = image_digest(&e);
-            if let Some(&first) = group.seen.get(&identity) {
-                if first != digest {
-                    self.counts.replay_mismatches += 1;
-                    let m = self.mismatch(&e, item.timestamp);
-                    self.mismatches.push(m);
-                } else {
-                    self.counts.duplicates += 1;
+            let identity = {
+                let mut a = digest_hasher(5);
+                let mut b = digest_hasher(6);
+                for h in [&mut a, &mut b] {
+                    h.write(table_id.as_bytes());
+                    h.write_u8(0xff);
+                    h.write_u128(sk.0);
+                    h.write_u8(u8::from(snapshot));
+                    h.write_u128(local);
+                    h.write_i64(sk.2);
+                    h.write_u8(e.op);
+                    h.write(e.key_bytes());
                 }
-                continue;
+                ((a.finish() as u128) << 64) | b.finish() as u128
+            };
+            let digest = image_digest(&e);
+            match seen.entry(identity) {
+                hashbrown::hash_map::Entry::Occupied(first) => {
+                    if *first.get() != digest {
+                        self.counts.replay_mismatches += 1;
+                        let m = self.mismatch(&e, item.timestamp);
+                        self.mismatches.push(m);
+                    } else {
+                        self.counts.duplicates += 1;
+                    }
+                    continue;
+                }
+                hashbrown::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(digest);
+                }
             }
-            group.seen.insert(identity, digest);
             if !pair || (e.op != b'd' && e.op != b'c') {
                 ready.push(e);
                 continue;
             }
-            group.waiting.push(e);
+            let waiting = groups
+                .entry((table_id, sk.0, u8::from(snapshot), local))
+                .or_default();
+            waiting.push(e);
             self.counts.pending += 1;
-            if let Some((d, c)) = complete_pair(&mut group.waiting) {
+            if let Some((d, c)) = complete_pair(waiting) {
                 self.counts.pending -= 2;
                 self.core.emit(vec![d, c]);
             }
         }
         self.core.emit_each(ready);
-        let mut left: Vec<(GroupKey, Group)> = groups
+        let mut left: Vec<(GroupKey, Vec<Event>)> = groups
             .into_iter()
-            .filter(|(_, g)| !g.waiting.is_empty())
+            .filter(|(_, waiting)| !waiting.is_empty())
             .collect();
         left.sort_by(|a, b| a.0.cmp(&b.0));
-        for (_, group) in left {
-            let mut waiting = group.waiting;
+        for (_, mut waiting) in left {
             let n = waiting.len() as i64;
             self.counts.pending -= n;
             self.counts.released_by_watermark += n;

@@ -167,6 +167,8 @@ pub struct Reader {
     pub topics: Vec<Arc<str>>,
     topic_index: hashbrown::HashMap<Box<[u8]>, u32>,
     tables: hashbrown::HashMap<TableKey, u32>,
+    last_table: Option<(Box<[u8]>, u32)>,
+    last_snapshot: Option<(Box<[u8]>, u32)>,
     sources: hashbrown::HashMap<Box<[u8]>, u32>,
     orders: hashbrown::HashMap<Vec<String>, Arc<[String]>>,
 }
@@ -277,6 +279,33 @@ impl Reader {
         Ok(i)
     }
 
+    fn table(
+        &mut self,
+        table_id: &[u8],
+        json: &[u8],
+        schema: &[u8],
+        name: &[u8],
+        interner: &mut Interner,
+    ) -> R<u32> {
+        if let Some(&t) = self.tables.get(&(table_id.into(), json.into())) {
+            return Ok(t);
+        }
+        let text = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .map(str::to_string)
+                .map_err(|_| BadWire)
+        };
+        let t = interner.tables.len() as u32;
+        interner.tables.push(TableInfo {
+            table_id: text(table_id)?.into(),
+            json: json.to_vec(),
+            schema: text(schema)?,
+            name: text(name)?,
+        });
+        self.tables.insert((table_id.into(), json.into()), t);
+        Ok(t)
+    }
+
     /// One event written by [`write`].
     pub fn read(&mut self, data: &[u8], interner: &mut Interner) -> R<Read> {
         let mut c = Cursor { data, pos: 0 };
@@ -287,22 +316,17 @@ impl Reader {
         let partition = c.u32()? as i32;
         let offset = c.opt_i64()?;
         let timestamp = c.opt_i64()?;
+        let table_at = c.pos;
         let table_id = c.bytes()?;
         let json = c.bytes()?;
-        let schema = c.str()?;
-        let name = c.str()?;
-        let table = match self.tables.get(&(table_id.into(), json.into())) {
-            Some(&t) => t,
-            None => {
-                let id = std::str::from_utf8(table_id).map_err(|_| BadWire)?;
-                let t = interner.tables.len() as u32;
-                interner.tables.push(TableInfo {
-                    table_id: id.into(),
-                    json: json.to_vec(),
-                    schema: schema.to_string(),
-                    name: name.to_string(),
-                });
-                self.tables.insert((table_id.into(), json.into()), t);
+        let schema_bytes = c.bytes()?;
+        let name_bytes = c.bytes()?;
+        let table_all = &data[table_at..c.pos];
+        let table = match &self.last_table {
+            Some((last, t)) if **last == *table_all => *t,
+            _ => {
+                let t = self.table(table_id, json, schema_bytes, name_bytes, interner)?;
+                self.last_table = Some((table_all.into(), t));
                 t
             }
         };
@@ -346,7 +370,15 @@ impl Reader {
         };
         let source_ts_ms = c.opt_i64()?;
         let ts_ms = c.opt_i64()?;
-        let snapshot = interner.snapshot(c.str()?);
+        let marker = c.bytes()?;
+        let snapshot = match &self.last_snapshot {
+            Some((last, id)) if **last == *marker => *id,
+            _ => {
+                let id = interner.snapshot(std::str::from_utf8(marker).map_err(|_| BadWire)?);
+                self.last_snapshot = Some((marker.into(), id));
+                id
+            }
+        };
         let tx = if c.flag()? {
             Some(Box::new(Tx {
                 id: c.str()?.to_string(),
