@@ -107,9 +107,16 @@ pub fn write(
     put_image(out, &e.before);
     put_image(out, &e.after);
     put_u32(out, e.members.len() as u32);
+    // member spans as u16 when the buffer is small enough (most events)
+    let narrow = e.buf.len() <= u16::MAX as usize;
+    out.push(u8::from(narrow));
     for m in &e.members {
         for v in [m.name.0, m.name.1, m.value.0, m.value.1] {
-            put_u32(out, v);
+            if narrow {
+                out.extend_from_slice(&(v as u16).to_le_bytes());
+            } else {
+                put_u32(out, v);
+            }
         }
     }
     put_strs(out, &e.unavailable);
@@ -248,6 +255,18 @@ impl<'a> Cursor<'a> {
         }
         Ok((a, b))
     }
+    fn span16(&mut self, limit: usize) -> R<(u32, u32)> {
+        let b = self.take(4)?;
+        let (a, z) = (
+            u16::from_le_bytes([b[0], b[1]]) as u32,
+            u16::from_le_bytes([b[2], b[3]]) as u32,
+        );
+        if a > z || z as usize > limit {
+            return Err(BadWire);
+        }
+        Ok((a, z))
+    }
+
     fn image(&mut self, buf: usize, members: usize) -> R<Option<Image>> {
         if !self.flag()? {
             return Ok(None);
@@ -341,12 +360,15 @@ impl Reader {
         let after_at = c.pos;
         c.take(1 + 16 * usize::from(data.get(after_at) == Some(&1)))?;
         let n = c.u32()? as usize;
+        let narrow = c.flag()?;
         let mut members = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
-            members.push(Member {
-                name: c.span(buf.len())?,
-                value: c.span(buf.len())?,
-            });
+            let (name, value) = if narrow {
+                (c.span16(buf.len())?, c.span16(buf.len())?)
+            } else {
+                (c.span(buf.len())?, c.span(buf.len())?)
+            };
+            members.push(Member { name, value });
         }
         let (before, after) = {
             let mut images = Cursor {

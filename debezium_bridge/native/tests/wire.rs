@@ -10,10 +10,14 @@ use _native::wire;
 use proptest::prelude::*;
 
 fn staged(op: &str, id: i64, serial: i64) -> Vec<u8> {
+    staged_with(op, id, serial, "b")
+}
+
+fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
     let before = if op == "c" {
         "null".to_string()
     } else {
-        format!("{{\"id\":{id},\"v\":\"b\"}}")
+        format!("{{\"id\":{id},\"v\":\"{text}\"}}")
     };
     let after = if op == "d" {
         "null".to_string()
@@ -92,4 +96,16 @@ fn a_staged_event_reads_back() {
     assert!(wire::Reader::default()
         .read(&data[..data.len() - 1], &mut interner)
         .is_err());
+}
+
+#[test]
+fn events_beyond_64k_keep_their_member_spans() {
+    let long = "x".repeat(70_000);
+    let data = staged_with("u", 3, 1, &long);
+    let mut window = BatchWindow::new(true);
+    window.push(&data, 0).expect("readable");
+    window.release_all();
+    let out = String::from_utf8(window.core.out.clone()).expect("utf8");
+    assert!(out.contains(&format!("\"before\":{{\"id\":3,\"v\":\"{long}\"}}")));
+    assert!(out.contains("\"changed_columns\":[\"v\"]"));
 }
