@@ -136,8 +136,9 @@ class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     """Merge the delete + create halves of a primary-key change into one update."""
     native: NativeMode = "auto"
     """The translation core of ``translate``: ``auto`` = the native (Rust) core where the
-    extension is built and the job is one it covers (a batch DataFrame, ``canonical`` output
-    only, no ``output_topic`` template, no ``output_tombstones``), else the Python reference;
+    extension is built and the job is one it covers (a batch DataFrame without ``ces``,
+    ``ces-avro`` or ``debezium`` output; ``canonical`` rows are written natively, other
+    formats through the output layer), else the Python reference;
     ``on`` = native where it covers the job, an error if the extension is not built; ``off`` =
     the Python reference. ``DEBEZIUM_BRIDGE_NATIVE=0`` forces the Python reference."""
     ces: CesOptions = Field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
@@ -696,8 +697,10 @@ def _mismatch_letter(m: tuple[Any, ...]) -> DeadLetter:
 def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     """The release step of a batch DataFrame on the native core: a bucket's staged events in,
     its canonical output rows out as one Arrow table (replay mismatches and the counters row
-    through the Python output layer)."""
+    through the Python output layer; other formats, output topic templates and tombstones
+    through the output layer from the native canonical records)."""
     pair = config.pair_key_changes
+    direct = _native_output_direct(config)
 
     def release(table: Any) -> Any:
         import numpy as np
@@ -715,31 +718,47 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
         commit_ms = table.column("commit_ms").combine_chunks()
         out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
         rows = pa.record_batch(out)
-        zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
         schema = _arrow_release_schema()
-        changes = pa.Table.from_batches([pa.RecordBatch.from_arrays(
-            [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])
         changes_out, merged, duplicates, mismatched, late, pending, by_watermark = counts
         released = dict.fromkeys(RELEASE_RULES, 0) | {"watermark": by_watermark}
-        extra = [encoder.dead_row(_mismatch_letter(m)) for m in mismatches]
-        tail = _arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
-                                       pending, encoder.encode_errors,
-                                       *(released[rule] for rule in RELEASE_RULES))))
-        return pa.concat_tables([changes, tail])
+        if direct:
+            zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
+            parts = [pa.Table.from_batches([pa.RecordBatch.from_arrays(
+                [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])]
+            extra = []
+        else:  # other formats, topics or tombstones: the output layer on the canonical records
+            with _collector_paused():
+                records = native.decode_lines(b"\n".join(rows.column("value").to_pylist()))
+                extra = [row for record in records for row in encoder.change_rows(record)]
+            parts = []
+        extra += [encoder.dead_row(_mismatch_letter(m)) for m in mismatches]
+        parts.append(_arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
+                                             pending, encoder.encode_errors,
+                                             *(released[rule] for rule in RELEASE_RULES)))))
+        return pa.concat_tables(parts)
 
     return release
+
+
+def _native_output_direct(config: TranslateConfig) -> bool:
+    """Whether the native release writes the output rows itself (``canonical`` only, default
+    topics, no tombstones)."""
+    return (config.outputs == ("canonical",) and config.output_topic is None
+            and not config.output_tombstones)
 
 
 def native_translate(df: Any, config: TranslateConfig | None = None) -> bool:
     """Whether :func:`translate` runs ``df`` with ``config`` on the native core: where the
     extension is built and allowed (``config.native``, ``DEBEZIUM_BRIDGE_NATIVE``) and the
-    job is one it covers (a batch DataFrame, ``canonical`` output only, no ``output_topic``
-    template, no ``output_tombstones``); everything else runs the Python reference."""
+    job is one it covers: a batch DataFrame whose outputs need no SQL column types (``ces``,
+    ``ces-avro`` and ``debezium`` do). Everything else runs the Python reference. Output rows
+    are written natively for ``canonical`` alone (no ``output_topic`` template, no
+    ``output_tombstones``); other formats go through the output layer from the native
+    canonical records."""
     config = config or TranslateConfig()
     if not native.use_native(config.native):
         return False
-    return (not df.isStreaming and config.outputs == ("canonical",)
-            and config.output_topic is None and not config.output_tombstones)
+    return not df.isStreaming and not config.needs_column_types
 
 
 def translate(df: Any, config: TranslateConfig | None = None,

@@ -45,9 +45,15 @@ def test_batch_translate_is_the_same_on_both_cores(spark: Any, encoding: str, se
     assert got == expected
 
 
-def test_jobs_the_native_steps_do_not_cover_run_the_reference(spark: Any) -> None:
+def test_jobs_the_native_steps_do_not_cover_run_the_reference(
+        spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(native_core.ENV, raising=False)
     frame = spark.createDataFrame(kafka_rows([]), KAFKA_SCHEMA)
     for config in (TranslateConfig(outputs=("canonical", "flat")),
-                   TranslateConfig(output_topic="x.{table}"),
-                   TranslateConfig(output_tombstones=True), TranslateConfig(native="off")):
+                   TranslateConfig(output_topic="x.{table}", output_tombstones=True)):
+        assert native_translate(frame, config)
+    for config in (TranslateConfig(outputs=("canonical", "ces")),
+                   TranslateConfig(outputs=("debezium",)), TranslateConfig(native="off")):
         assert not native_translate(frame, config)
+    monkeypatch.setenv(native_core.ENV, "0")
+    assert not native_translate(frame, TranslateConfig(native="on"))
