@@ -62,7 +62,7 @@ from debezium_bridge.core.windowed import (
     marks_bytes,
     marks_from_bytes,
 )
-from debezium_bridge.errors import LsnFormatError, ReplayMismatchError, ServiceError
+from debezium_bridge.errors import BridgeError, LsnFormatError, ReplayMismatchError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
@@ -258,8 +258,11 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
 
     if not batch.num_rows:
         return [_decode_batch(batch, decoder, buckets, heartbeats=heartbeats)]
-    staged, declined, (records, tombstones), clock = spark_decoder.decode(
-        _native_columns(batch), buckets)
+    try:
+        staged, declined, (records, tombstones), clock = spark_decoder.decode(
+            _native_columns(batch), buckets)
+    except ValueError as exc:  # columns of other types than the Kafka source's: a bug
+        raise BridgeError(f"native decode step: {exc}") from exc
     rows = pa.record_batch(staged)
     n = rows.num_rows
     schema = _arrow_stage_schema()
@@ -716,7 +719,10 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
                 return _arrow(_dead_rows(table.column("payload").to_pylist(), encoder))
         payload = table.column("payload").combine_chunks()
         commit_ms = table.column("commit_ms").combine_chunks()
-        out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
+        try:
+            out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
+        except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
+            raise BridgeError(f"native release step: {exc}") from exc
         rows = pa.record_batch(out)
         schema = _arrow_release_schema()
         changes_out, merged, duplicates, mismatched, late, pending, by_watermark = counts

@@ -190,3 +190,18 @@ def test_replays_with_other_images_are_the_same_dead_letters(tmp_path: Path) -> 
         mismatches += compare(stream, tmp_path, cuts=2, seed=seed)["counters"][
             "replay_mismatches"]
     assert mismatches > 0, "the generated streams should hold replays with other images"
+
+
+def test_unreadable_staged_bytes_fail_the_release_loudly(tmp_path: Path) -> None:
+    """Staged bytes are written by the decode step, never input: bytes the native release
+    cannot read are a bug, raised as the package's error (no panic, nothing dropped)."""
+    from debezium_bridge.errors import BridgeError
+
+    stream = generate(7, encoding="json", n_changes=5)
+    config = _config(stream, tmp_path, True, "on")
+    staged, _ = _stage(stream, config, [], True)
+    events = staged.filter(pc.greater_equal(staged.column("bucket"), 0))
+    broken = events.set_column(events.schema.get_field_index("payload"), "payload",
+                               pa.array([b"\x01broken"] * events.num_rows, pa.binary()))
+    with pytest.raises(BridgeError, match="native release step"):
+        T._native_batch_release(config)(broken)
