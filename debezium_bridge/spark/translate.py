@@ -27,6 +27,15 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
    (``debezium_bridge_decode``, ``debezium_bridge_release``). A batch DataFrame is the whole
    input: everything is released.
 
+**Cores.** On a batch DataFrame whose outputs need no SQL column types, both steps run on the
+native core (:func:`native_translate`; ``TranslateConfig.native``, ``DEBEZIUM_BRIDGE_NATIVE``):
+the decode step hands each Arrow batch's Kafka columns to ``SparkDecoder`` in one call (rows it
+declines go through the Python decoder as above) and stages events in the native core's own
+form; the release step hands each bucket's events to ``release_batch``, which applies the
+rules of :class:`~debezium_bridge.core.windowed.WindowState` for a whole input and writes the
+output rows as one Arrow batch (``canonical``; other formats through the output layer from its
+canonical records). Streaming DataFrames and typed outputs run the Python steps.
+
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
 ``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
 ``event_id``, ``table``, ``op``, ``seq``, ``commit_ts``,
