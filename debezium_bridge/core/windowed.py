@@ -221,8 +221,9 @@ class WindowState:
                  topology: Topology | None = None) -> None:
         # The Python core writes what this state releases: the events here are Python
         # ChangeEvents (they travel between Spark stages as msgpack), and handing them to the
-        # native core would only add a conversion each way. The Spark runner's native path
-        # (decode and state in the native core) is not built yet: see the native core's README.
+        # native core would only add a conversion each way. The Spark job's batch path has a
+        # native counterpart of these rules (debezium_bridge/native/src/window.rs, decode and
+        # release without Python events); streaming runs this class.
         self._emitter = Translator((config or TranslatorConfig()).model_copy(
             update={"native": "off"}))
         self.mismatched: list[ChangeEvent] = []

@@ -27,6 +27,15 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
    (``debezium_bridge_decode``, ``debezium_bridge_release``). A batch DataFrame is the whole
    input: everything is released.
 
+**Cores.** On a batch DataFrame whose outputs need no SQL column types, both steps run on the
+native core (:func:`native_translate`; ``TranslateConfig.native``, ``DEBEZIUM_BRIDGE_NATIVE``):
+the decode step hands each Arrow batch's Kafka columns to ``SparkDecoder`` in one call (rows it
+declines go through the Python decoder as above) and stages events in the native core's own
+form; the release step hands each bucket's events to ``release_batch``, which applies the
+rules of :class:`~debezium_bridge.core.windowed.WindowState` for a whole input and writes the
+output rows as one Arrow batch (``canonical``; other formats through the output layer from its
+canonical records). Streaming DataFrames and typed outputs run the Python steps.
+
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
 ``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
 ``event_id``, ``table``, ``op``, ``seq``, ``commit_ts``,
@@ -46,10 +55,11 @@ from contextlib import contextmanager
 from typing import Any, Literal, Self
 
 import msgspec
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from debezium_bridge.clients.registry import RegistrySchemaResolver
-from debezium_bridge.core.settings import TranslatorConfig
+from debezium_bridge.core import native
+from debezium_bridge.core.settings import NativeMode, TranslatorConfig, native_mode
 from debezium_bridge.core.windowed import (
     RELEASE_RULES,
     ProgressTracker,
@@ -61,7 +71,7 @@ from debezium_bridge.core.windowed import (
     marks_bytes,
     marks_from_bytes,
 )
-from debezium_bridge.errors import LsnFormatError, ServiceError
+from debezium_bridge.errors import BridgeError, LsnFormatError, ReplayMismatchError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
@@ -133,12 +143,24 @@ class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     """State buckets (fixed for the life of a checkpoint)."""
     pair_key_changes: bool = True
     """Merge the delete + create halves of a primary-key change into one update."""
+    native: NativeMode = "auto"
+    """The translation core of ``translate``: ``auto`` = the native (Rust) core where the
+    extension is built and the job is one it covers (a batch DataFrame without ``ces``,
+    ``ces-avro`` or ``debezium`` output; ``canonical`` rows are written natively, other
+    formats through the output layer), else the Python reference;
+    ``on`` = native where it covers the job, an error if the extension is not built; ``off`` =
+    the Python reference. ``DEBEZIUM_BRIDGE_NATIVE=0`` forces the Python reference."""
     ces: CesOptions = Field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
     """CES CloudEvents switches (see docs/ces.md). Snapshot rows must be skipped here: they are
     spread over state buckets by key, so they cannot be numbered within their snapshot
     "transaction" and their ``logicalid`` s would collide (use the CLI to turn a snapshot into
     CES events). Without Debezium's transaction metadata, ``sequencenumber`` is derived per
     micro-batch (exact when a transaction is released in one micro-batch)."""
+
+    @field_validator("native", mode="before")
+    @classmethod
+    def _native_switch(cls, value: Any) -> Any:
+        return native_mode(value)
 
     @property
     def needs_column_types(self) -> bool:
@@ -199,6 +221,87 @@ def _decoder(spec: _DecoderSpec) -> tuple[Decoder, ColumnCatalog | None]:
     return found
 
 
+_spark_decoders: dict[str, Any] = {}
+
+
+def _spark_decoder(spec: _DecoderSpec, decoder: Decoder) -> Any:
+    """The native decoder of the decode step (one per worker process and configuration; its
+    Avro writer schemas come from ``decoder``, which reads the rows it declines)."""
+    found = _spark_decoders.get(spec.token)
+    if found is None:
+        options = spec.options
+        found = native.module().SparkDecoder(
+            placeholder=options.unavailable_value_placeholder,
+            binary_mode=options.binary_handling_mode,
+            table_schemas=list(options.table_schemas))
+        avro = decoder.avro
+        if avro.__class__ is AvroDecoder and avro.resolver is not None:
+            found.configure_avro(native.avro_schemas(decoder))
+        _spark_decoders[spec.token] = found
+    return found
+
+
+def _native_columns(batch: Any) -> Any:
+    """The Kafka columns of ``batch`` as the native decoder reads them (a struct array; the
+    timestamp in epoch ms as the Python decoder gets it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    arrays = [batch.column("key").cast(pa.binary()), batch.column("value").cast(pa.binary()),
+              batch.column("topic").cast(pa.string()), batch.column("partition").cast(pa.int32()),
+              batch.column("offset").cast(pa.int64()),
+              pc.divide(batch.column("timestamp").cast(pa.int64()), 1000),
+              batch.column("headers").cast(pa.list_(header))]
+    return pa.StructArray.from_arrays(arrays, names=["key", "value", "topic", "partition",
+                                                     "offset", "timestamp", "headers"])
+
+
+def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, buckets: int,
+                         heartbeats: bool = False) -> list[Any]:
+    """:func:`_decode_batch` with the native decoder: the batch's Kafka columns in one call,
+    events staged as native bytes; the rows it declines go through the Python decoder (dead
+    letters, side records and their events exactly as there, the events then staged natively)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not batch.num_rows:
+        return [_decode_batch(batch, decoder, buckets, heartbeats=heartbeats)]
+    try:
+        staged, declined, (records, tombstones), clock = spark_decoder.decode(
+            _native_columns(batch), buckets)
+    except ValueError as exc:  # columns of other types than the Kafka source's: a bug
+        raise BridgeError(f"native decode step: {exc}") from exc
+    rows = pa.record_batch(staged)
+    n = rows.num_rows
+    schema = _arrow_stage_schema()
+    zeros = pa.array(np.zeros(n + 1, dtype=np.int64))
+    columns = [pa.concat_arrays([rows.column(0), pa.array([CLOCK_BUCKET], pa.int32())]),
+               pa.array(np.zeros(n + 1, dtype=np.int8)),
+               pa.concat_arrays([rows.column(1), pa.nulls(1, pa.int64())]),
+               pa.concat_arrays([pa.nulls(n, schema.field("clock").type),
+                                 pa.array([clock * 1000 if clock is not None else None],
+                                          schema.field("clock").type)]),
+               pa.concat_arrays([rows.column(2), pa.nulls(1, pa.binary())]),
+               pa.nulls(n + 1, pa.binary())]
+    for name in DECODE_COUNTERS:
+        value = records if name == "records_in" else tombstones if name == "tombstones" else 0
+        columns.append(pa.concat_arrays([zeros.slice(0, n), pa.array([value], pa.int64())])
+                       if value else zeros)
+    out = [pa.RecordBatch.from_arrays(columns, schema=schema)]
+    if declined:
+        encode = functools.partial(_wire, spark_decoder, buckets)
+        out.append(_decode_batch(batch.take(pa.array(declined, pa.uint32())), decoder, buckets,
+                                 heartbeats=heartbeats, encode=encode))
+    return out
+
+
+def _wire(spark_decoder: Any, buckets: int, event: ChangeEvent, stamp: int | None
+          ) -> tuple[int, bytes]:
+    bucket, data = spark_decoder.wire(native.flatten(event), stamp, buckets)
+    return int(bucket), data
+
+
 def bucket_of(event: ChangeEvent, buckets: int) -> int:
     """The state bucket: by commit LSN, so one transaction's events are released (and numbered
     for CES) together; snapshot rows by table and key. Stable across processes (Python's
@@ -226,9 +329,13 @@ def _event_columns(event: ChangeEvent, catalog: ColumnCatalog,
 
 def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
                   catalog: ColumnCatalog | None = None, heartbeats: bool = False,
-                  progress: ProgressTracker | None = None) -> Any:
+                  progress: ProgressTracker | None = None,
+                  encode: Callable[[ChangeEvent, int | None], tuple[int, bytes]] | None = None
+                  ) -> Any:
     """One Arrow batch of Kafka rows as staged rows; with ``progress`` (streaming), the read
-    positions go to the tracker and transaction END records become rows of their bucket."""
+    positions go to the tracker and transaction END records become rows of their bucket.
+    ``encode`` (the native path): an event's bucket and staged bytes, from the event and its
+    record's Kafka timestamp."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -292,10 +399,15 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
         ms = event.source_ts_ms if event.source_ts_ms is not None else stamps[i] or 0
         if clock is None or ms > clock:
             clock = ms
-        bucket.append(bucket_of(event, buckets))
+        if encode is None:
+            bucket.append(bucket_of(event, buckets))
+            payload.append(event_bytes(event))
+        else:
+            where, data = encode(event, stamps[i])
+            bucket.append(where)
+            payload.append(data)
         kinds.append(EVENT_ROW)
         commit_ms.append(ms)
-        payload.append(event_bytes(event))
         types.append(_event_columns(event, catalog, type_cache) if catalog is not None else None)
     if progress is not None and len(values):
         read = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])]) \
@@ -578,6 +690,92 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     return release
 
 
+_sorted_json = msgspec.json.Encoder(order="sorted").encode
+
+
+def _mismatch_letter(m: tuple[Any, ...]) -> DeadLetter:
+    """The dead letter of a replay mismatch the native release found, as
+    :meth:`~debezium_bridge.core.windowed.WindowState.drain_mismatches` writes it."""
+    (topic, partition, offset, stamp, table_id, seq, op, key, before, after, unavailable) = m
+    images = (None if before is None else msgspec.json.decode(before),
+              None if after is None else msgspec.json.decode(after), list(unavailable))
+    raw = RawRecord(topic, partition, offset, stamp, bytes(key), _sorted_json(images))
+    error = ReplayMismatchError(
+        f"{table_id} {seq} op {op!r}: same position, op and key as an event already seen, but "
+        "a different image (corruption or a different event, not a replay)")
+    return DeadLetter.of(error, raw)
+
+
+def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
+    """The release step of a batch DataFrame on the native core: a bucket's staged events in,
+    its canonical output rows out as one Arrow table (replay mismatches and the counters row
+    through the Python output layer; other formats, output topic templates and tombstones
+    through the output layer from the native canonical records)."""
+    pair = config.pair_key_changes
+    direct = _native_output_direct(config)
+
+    def release(table: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        leave_sigint_to_the_driver()
+        bucket = table.column("bucket")[0].as_py()
+        if bucket == CLOCK_BUCKET:
+            return _arrow_release_schema().empty_table()
+        encoder = _Encoder(config)
+        if bucket == DEAD_BUCKET:
+            with _collector_paused():
+                return _arrow(_dead_rows(table.column("payload").to_pylist(), encoder))
+        payload = table.column("payload").combine_chunks()
+        commit_ms = table.column("commit_ms").combine_chunks()
+        try:
+            out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
+        except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
+            raise BridgeError(f"native release step: {exc}") from exc
+        rows = pa.record_batch(out)
+        schema = _arrow_release_schema()
+        changes_out, merged, duplicates, mismatched, late, pending, by_watermark = counts
+        released = dict.fromkeys(RELEASE_RULES, 0) | {"watermark": by_watermark}
+        if direct:
+            zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
+            parts = [pa.Table.from_batches([pa.RecordBatch.from_arrays(
+                [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])]
+            extra = []
+        else:  # other formats, topics or tombstones: the output layer on the canonical records
+            with _collector_paused():
+                records = native.decode_lines(b"\n".join(rows.column("value").to_pylist()))
+                extra = [row for record in records for row in encoder.change_rows(record)]
+            parts = []
+        extra += [encoder.dead_row(_mismatch_letter(m)) for m in mismatches]
+        parts.append(_arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
+                                             pending, encoder.encode_errors,
+                                             *(released[rule] for rule in RELEASE_RULES)))))
+        return pa.concat_tables(parts)
+
+    return release
+
+
+def _native_output_direct(config: TranslateConfig) -> bool:
+    """Whether the native release writes the output rows itself (``canonical`` only, default
+    topics, no tombstones)."""
+    return (config.outputs == ("canonical",) and config.output_topic is None
+            and not config.output_tombstones)
+
+
+def native_translate(df: Any, config: TranslateConfig | None = None) -> bool:
+    """Whether :func:`translate` runs ``df`` with ``config`` on the native core: where the
+    extension is built and allowed (``config.native``, ``DEBEZIUM_BRIDGE_NATIVE``) and the
+    job is one it covers: a batch DataFrame whose outputs need no SQL column types (``ces``,
+    ``ces-avro`` and ``debezium`` do). Everything else runs the Python reference. Output rows
+    are written natively for ``canonical`` alone (no ``output_topic`` template, no
+    ``output_tombstones``); other formats go through the output layer from the native
+    canonical records."""
+    config = config or TranslateConfig()
+    if not native.use_native(config.native):
+        return False
+    return not df.isStreaming and not config.needs_column_types
+
+
 def translate(df: Any, config: TranslateConfig | None = None,
               topology: Topology | None = None) -> Any:
     """Translate a Kafka-schema DataFrame (streaming or batch) into output rows.
@@ -597,8 +795,12 @@ def translate(df: Any, config: TranslateConfig | None = None,
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     config = config or TranslateConfig()
-    staged = decode_stage(df, config)
-    if df.isStreaming:
+    on_native = native_translate(df, config)
+    staged = decode_stage(df, config, native=on_native)
+    if on_native:
+        released = staged.groupBy("bucket").applyInArrow(_native_batch_release(config),
+                                                         _RELEASE_SCHEMA)
+    elif df.isStreaming:
         staged = staged.withWatermark("clock", config.watermark_delay)
         released = staged.groupBy("bucket").applyInPandasWithState(
             _streaming_release(config, topology), _RELEASE_SCHEMA, "state binary, columns binary",
@@ -611,21 +813,33 @@ def translate(df: Any, config: TranslateConfig | None = None,
         *(f"n_{c}" for c in RELEASE_COUNTERS))
 
 
-def decode_stage(df: Any, config: TranslateConfig) -> Any:
+def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> Any:
     """Step 1 of :func:`translate` on its own: one row per decoded event (``bucket``, ``kind``,
     ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row;
     for a streaming ``df`` also the progress rows (per task, one per bucket) and transaction END
-    rows (benchmarks measure the cost of the steps with it)."""
+    rows (benchmarks measure the cost of the steps with it). ``native`` (batch only): decode
+    with the native core, events staged as its bytes (what the native release step reads)."""
     from pyspark.sql import functions as F
 
     spec = _decoder_spec(config)
     buckets = config.buckets
     heartbeats = config.heartbeat_watermark
     streaming = df.isStreaming
+    on_native = native
+    if on_native and streaming:
+        raise ValueError("the native decode step covers batch DataFrames only")
 
     def decode(batches: Iterator[Any]) -> Iterator[Any]:
         leave_sigint_to_the_driver()
         decoder, catalog = _decoder(spec)
+        if on_native:
+            spark_decoder = _spark_decoder(spec, decoder)
+            for batch in batches:
+                with _collector_paused():
+                    staged = _decode_batch_native(batch, spark_decoder, decoder, buckets,
+                                                  heartbeats)
+                yield from staged
+            return
         progress = ProgressTracker() if streaming else None
         for batch in batches:
             with _collector_paused():

@@ -31,6 +31,8 @@ pub mod lsn;
 pub(crate) mod parse;
 pub mod schema;
 pub mod value;
+pub mod window;
+pub mod wire;
 
 #[cfg(feature = "python")]
 mod arrow;

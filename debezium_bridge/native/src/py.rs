@@ -19,6 +19,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::panic::AssertUnwindSafe;
 
+mod spark;
+
 /// Bytes consumed, data partitions `(topic, partition, is CES)`, lines left to Python.
 type ScanResult<'py> = (usize, Vec<(String, i32, bool)>, Vec<Bound<'py, PyBytes>>);
 
@@ -932,6 +934,7 @@ fn is_ces(value: &[u8]) -> bool {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeCore>()?;
     m.add_class::<crate::arrow::ArrowBatch>()?;
+    spark::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,594 @@
+//! The Spark job's `translate` on the native core (`debezium_bridge.spark.translate`):
+//!
+//! * [`SparkDecoder`] (decode step, `mapInArrow`): the Kafka columns of one Arrow batch in one
+//!   call, decoded natively into staged rows (bucket, commit time, the event as
+//!   [`crate::wire`] bytes); the rows it declines are returned by index for the Python
+//!   decoder, whose events come back through [`SparkDecoder::wire`].
+//! * [`release_batch`] (release step, `applyInArrow` of a batch DataFrame): one bucket's staged
+//!   events through [`crate::window::BatchWindow`], out as one Arrow batch of output rows
+//!   (canonical format).
+//!
+//! No panic crosses into Python: decoding runs under `catch_unwind` per record (a panic
+//! declines the record), the rest under one `catch_unwind` per call, mapped to `ValueError`.
+
+use super::NativeCore;
+use crate::arrow::ArrowBatch;
+use crate::decode::Input;
+use crate::window::BatchWindow;
+use crate::wire;
+use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, ListArray, StructArray};
+use arrow_buffer::OffsetBuffer;
+use arrow_data::ffi::FFI_ArrowArray;
+use arrow_schema::ffi::FFI_ArrowSchema;
+use arrow_schema::{DataType, Field, Fields};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyCapsule, PyTuple};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+const NEWKEY: &[u8] = b"__debezium.newkey";
+const OLDKEY: &[u8] = b"__debezium.oldkey";
+
+/// An Arrow array from any object of the PyCapsule protocol (`__arrow_c_array__`).
+fn import(obj: &Bound<'_, PyAny>) -> PyResult<ArrayRef> {
+    let pair = obj.call_method0("__arrow_c_array__")?;
+    let pair = pair.cast::<PyTuple>()?;
+    let schema = pair.get_item(0)?;
+    let schema = schema.cast::<PyCapsule>()?;
+    let array = pair.get_item(1)?;
+    let array = array.cast::<PyCapsule>()?;
+    let schema_ptr = schema.pointer_checked(Some(c"arrow_schema"))?;
+    let array_ptr = array.pointer_checked(Some(c"arrow_array"))?;
+    // SAFETY: the capsules hold an FFI_ArrowSchema and an FFI_ArrowArray (the protocol's
+    // names were checked); the array is moved out (its release callback moves with it) and
+    // the schema only borrowed while the capsule lives.
+    let data = unsafe {
+        let ffi_array = FFI_ArrowArray::from_raw(array_ptr.as_ptr() as *mut FFI_ArrowArray);
+        let ffi_schema = &*(schema_ptr.as_ptr() as *const FFI_ArrowSchema);
+        arrow_array::ffi::from_ffi(ffi_array, ffi_schema)
+    }
+    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(arrow_array::make_array(data))
+}
+
+fn bad(what: &str) -> PyErr {
+    PyValueError::new_err(format!("native Spark step: {what}"))
+}
+
+fn caught<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(bad("internal error (panic caught)")))
+}
+
+/// The decode step's native decoder (one per worker process and configuration).
+#[pyclass(unsendable, module = "debezium_bridge._native")]
+pub struct SparkDecoder {
+    inner: NativeCore,
+    topic_names: hashbrown::HashMap<u32, Arc<str>>,
+}
+
+/// Staged rows of the native events, rows declined, `(records, tombstones)`, the clock.
+type Decoded = (ArrowBatch, Vec<u32>, (i64, i64), Option<i64>);
+
+impl SparkDecoder {
+    fn topic_name(&mut self, topic: u32) -> Arc<str> {
+        self.topic_names
+            .entry(topic)
+            .or_insert_with(|| self.inner.core.topics[topic as usize].clone())
+            .clone()
+    }
+}
+
+#[pymethods]
+impl SparkDecoder {
+    #[new]
+    #[pyo3(signature = (*, placeholder, binary_mode, table_schemas))]
+    fn new(
+        py: Python<'_>,
+        placeholder: &str,
+        binary_mode: &str,
+        table_schemas: Vec<String>,
+    ) -> PyResult<Self> {
+        let mut inner = NativeCore::new(
+            true,
+            i64::MAX,
+            0,
+            placeholder,
+            binary_mode,
+            py.None(),
+            py.None(),
+        )?;
+        inner.configure(table_schemas, false);
+        Ok(SparkDecoder {
+            inner,
+            topic_names: Default::default(),
+        })
+    }
+
+    /// The source of Confluent Avro writer schemas (see `NativeCore.configure_avro`).
+    fn configure_avro(&mut self, avro_schema: Py<PyAny>) {
+        self.inner.configure_avro(avro_schema);
+    }
+
+    /// Decode one batch: `columns` is a struct array (`key` binary, `value` binary, `topic`
+    /// string, `partition` int32, `offset` int64, `timestamp` int64 epoch ms, `headers`
+    /// list<struct<key string, value binary>>). Returns the staged rows of the events decoded
+    /// here (`bucket` int32, `commit_ms` int64, `payload` binary), the indexes of the rows
+    /// left to the Python decoder, `(records, tombstones)` handled here and the highest commit
+    /// time.
+    fn decode(
+        &mut self,
+        py: Python<'_>,
+        columns: &Bound<'_, PyAny>,
+        buckets: u32,
+    ) -> PyResult<Decoded> {
+        let array = import(columns)?;
+        let s = array
+            .as_struct_opt()
+            .ok_or_else(|| bad("columns are not a struct array"))?;
+        if s.num_columns() != 7 {
+            return Err(bad("seven columns expected"));
+        }
+        let keys = s
+            .column(0)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("key: binary"))?;
+        let values = s
+            .column(1)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("value: binary"))?;
+        let topics = s
+            .column(2)
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("topic: string"))?;
+        let partitions = s
+            .column(3)
+            .as_primitive_opt::<Int32Type>()
+            .ok_or_else(|| bad("partition: int32"))?;
+        let offsets = s
+            .column(4)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| bad("offset: int64"))?;
+        let stamps = s
+            .column(5)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| bad("timestamp: int64"))?;
+        let headers = s
+            .column(6)
+            .as_list_opt::<i32>()
+            .ok_or_else(|| bad("headers: list"))?;
+        let header_items = headers
+            .values()
+            .as_struct_opt()
+            .ok_or_else(|| bad("headers: list of structs"))?;
+        let header_names = header_items
+            .column(0)
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("header key: string"))?;
+        let header_values = header_items
+            .column(1)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("header value: binary"))?;
+        let n = s.len();
+        let mut bucket = Int32Builder::with_capacity(n);
+        let mut commit_ms = Int64Builder::with_capacity(n);
+        let mut payload = BinaryBuilder::with_capacity(n, n * 512);
+        let mut declined = Vec::new();
+        let mut records = 0i64;
+        let mut tombstones = 0i64;
+        let mut clock: Option<i64> = None;
+        let mut buf = Vec::with_capacity(1024);
+        let incremental = self.inner.core.interner.snapshot("incremental");
+        for i in 0..n {
+            if topics.is_null(i) || partitions.is_null(i) {
+                declined.push(i as u32);
+                continue;
+            }
+            let topic = topics.value(i);
+            let partition = partitions.value(i);
+            let offset = (!offsets.is_null(i)).then(|| offsets.value(i));
+            let stamp = (!stamps.is_null(i)).then(|| stamps.value(i));
+            if values.is_null(i) {
+                records += 1;
+                tombstones += 1;
+                continue;
+            }
+            let mut has_headers = false;
+            let mut newkey: Option<Option<&[u8]>> = None;
+            let mut oldkey: Option<Option<&[u8]>> = None;
+            let mut odd = false;
+            if !headers.is_null(i) {
+                let (from, to) = (
+                    headers.value_offsets()[i] as usize,
+                    headers.value_offsets()[i + 1] as usize,
+                );
+                has_headers = to > from;
+                for h in from..to {
+                    if header_items.is_null(h) || header_names.is_null(h) {
+                        odd = true;
+                        break;
+                    }
+                    let name = header_names.value(h).as_bytes();
+                    if name != NEWKEY && name != OLDKEY {
+                        continue;
+                    }
+                    let v = (!header_values.is_null(h)).then(|| header_values.value(h));
+                    if name == NEWKEY {
+                        newkey = Some(v);
+                    } else {
+                        oldkey = Some(v);
+                    }
+                }
+            }
+            if odd {
+                declined.push(i as u32);
+                continue;
+            }
+            let topic_id = self.inner.core.topic(topic);
+            let tp = self.inner.core.tp(topic_id, partition);
+            let input = Input {
+                topic,
+                topic_id,
+                partition,
+                offset,
+                tp,
+                key: (!keys.is_null(i)).then(|| keys.value(i)),
+                value: values.value(i),
+                has_headers,
+                newkey,
+                oldkey,
+            };
+            let Some(event) = self.inner.decode_input(py, &input) else {
+                declined.push(i as u32);
+                continue;
+            };
+            records += 1;
+            let ms = event.source_ts_ms.unwrap_or(stamp.unwrap_or(0));
+            clock = Some(clock.map_or(ms, |c| c.max(ms)));
+            let name = self.topic_name(topic_id);
+            let interner = &self.inner.core.interner;
+            let snapshot = event.is_snapshot_identity(incremental);
+            let table_id = &interner.tables[event.table as usize].table_id;
+            bucket.append_value(wire::bucket(&event, table_id, snapshot, buckets) as i32);
+            commit_ms.append_value(ms);
+            buf.clear();
+            wire::write(&mut buf, &event, &name, stamp, interner);
+            payload.append_value(&buf);
+        }
+        self.inner.declined_records += declined.len() as i64;
+        self.inner.native_records += records;
+        let columns: Vec<(Arc<Field>, ArrayRef)> = vec![
+            (
+                Arc::new(Field::new("bucket", DataType::Int32, false)),
+                Arc::new(bucket.finish()),
+            ),
+            (
+                Arc::new(Field::new("commit_ms", DataType::Int64, false)),
+                Arc::new(commit_ms.finish()),
+            ),
+            (
+                Arc::new(Field::new("payload", DataType::Binary, false)),
+                Arc::new(payload.finish()),
+            ),
+        ];
+        Ok((
+            ArrowBatch::new(StructArray::from(columns)),
+            declined,
+            (records, tombstones),
+            clock,
+        ))
+    }
+
+    /// A `ChangeEvent` the Python decoder read (flattened by `core.native.flatten`) as staged
+    /// bytes: `(bucket, payload)`.
+    fn wire<'py>(
+        &mut self,
+        py: Python<'py>,
+        event: &Bound<'py, PyTuple>,
+        timestamp: Option<i64>,
+        buckets: u32,
+    ) -> PyResult<(u32, Bound<'py, PyBytes>)> {
+        let e = self.inner.event_from_tuple(event)?;
+        let name = self.topic_name(e.origin.topic);
+        let incremental = self.inner.core.interner.snapshot("incremental");
+        let interner = &self.inner.core.interner;
+        let table_id = &interner.tables[e.table as usize].table_id;
+        let bucket = wire::bucket(&e, table_id, e.is_snapshot_identity(incremental), buckets);
+        let mut buf = Vec::with_capacity(1024);
+        wire::write(&mut buf, &e, &name, timestamp, interner);
+        Ok((bucket, PyBytes::new(py, &buf)))
+    }
+
+    /// Records the native decoder declined so far (read by the Python decoder).
+    #[getter]
+    fn declined_records(&self) -> i64 {
+        self.inner.declined_records
+    }
+}
+
+/// Counters of one release: changes_out, merged, duplicates, replay_mismatches, late,
+/// pending, released by watermark.
+type Counts = (i64, i64, i64, i64, i64, i64, i64);
+/// A replay mismatch: topic, partition, offset, timestamp, table_id, seq, op, key, before,
+/// after, unavailable.
+type MismatchTuple = (
+    String,
+    i32,
+    Option<i64>,
+    Option<i64>,
+    String,
+    String,
+    String,
+    Vec<u8>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<String>,
+);
+
+/// The release step of a batch DataFrame for one bucket: `payloads` (binary) and `commit_ms`
+/// (int64) arrays of its staged events. Returns the output rows (canonical format) as one
+/// Arrow batch, the counters and the replay mismatches (their dead letters are written by the
+/// Python side).
+#[pyfunction]
+pub fn release_batch(
+    payloads: &Bound<'_, PyAny>,
+    commit_ms: &Bound<'_, PyAny>,
+    pair_key_changes: bool,
+) -> PyResult<(ArrowBatch, Counts, Vec<MismatchTuple>)> {
+    let payloads = import(payloads)?;
+    let commit_ms = import(commit_ms)?;
+    caught(|| {
+        let payloads = payloads
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("payload: binary"))?;
+        let stamps = commit_ms
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| bad("commit_ms: int64"))?;
+        let mut window = BatchWindow::new(pair_key_changes);
+        for i in 0..payloads.len() {
+            let ms = if stamps.is_null(i) {
+                0
+            } else {
+                stamps.value(i)
+            };
+            window
+                .push(payloads.value(i), ms)
+                .map_err(|_| bad("a staged event that cannot be read"))?;
+        }
+        window.release_all();
+        let batch = output_rows(&window)?;
+        let c = &window.counts;
+        let counts = (
+            c.changes_out,
+            c.merged,
+            c.duplicates,
+            c.replay_mismatches,
+            c.late,
+            c.pending,
+            c.released_by_watermark,
+        );
+        let mismatches = window
+            .mismatches
+            .drain(..)
+            .map(|m| {
+                (
+                    m.topic,
+                    m.partition,
+                    m.offset,
+                    m.timestamp,
+                    m.table_id,
+                    m.seq,
+                    (m.op as char).to_string(),
+                    m.key,
+                    m.before,
+                    m.after,
+                    m.unavailable,
+                )
+            })
+            .collect();
+        Ok((batch, counts, mismatches))
+    })
+}
+
+/// The text of a JSON string token (`None` for `null`).
+fn token(out: &[u8], span: (u32, u32)) -> Option<String> {
+    let raw = out.get(span.0 as usize..span.1 as usize)?;
+    if raw == b"null" {
+        return None;
+    }
+    let text = std::str::from_utf8(raw).ok()?;
+    crate::value::unescape(text).ok().map(|c| c.into_owned())
+}
+
+/// The end of the JSON string token starting at `at` (a `"`), one past its closing quote.
+fn string_end(line: &[u8], at: usize) -> Option<usize> {
+    if line.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut i = at + 1;
+    while i < line.len() {
+        match line[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The lineage of a canonical line as the output header writes it (`[[topic, partition,
+/// offset], ...]`, msgspec's JSON of tuples) and its last entry.
+fn lineage(line: &[u8], event_id_at: usize) -> Option<(Vec<u8>, String, i32, Option<i64>)> {
+    const START: &[u8] = b",\"lineage\":[";
+    let head = &line[..event_id_at];
+    let start = memchr::memmem::rfind(head, START)? + START.len();
+    let mut i = start;
+    let mut json = vec![b'['];
+    let mut last = None;
+    loop {
+        if line.get(i) == Some(&b']') {
+            break;
+        }
+        if line.get(i) == Some(&b',') {
+            json.push(b',');
+            i += 1;
+        }
+        const TOPIC: &[u8] = b"{\"topic\":";
+        if !line.get(i..)?.starts_with(TOPIC) {
+            return None;
+        }
+        i += TOPIC.len();
+        let end = string_end(line, i)?;
+        let topic_token = &line[i..end];
+        i = end;
+        const PARTITION: &[u8] = b",\"partition\":";
+        if !line.get(i..)?.starts_with(PARTITION) {
+            return None;
+        }
+        i += PARTITION.len();
+        let p_end = i + line.get(i..)?.iter().position(|&b| b == b',')?;
+        let partition_text = &line[i..p_end];
+        i = p_end;
+        const OFFSET: &[u8] = b",\"offset\":";
+        if !line.get(i..)?.starts_with(OFFSET) {
+            return None;
+        }
+        i += OFFSET.len();
+        let o_end = i + line.get(i..)?.iter().position(|&b| b == b'}')?;
+        let offset_text = &line[i..o_end];
+        i = o_end + 1;
+        json.push(b'[');
+        json.extend_from_slice(topic_token);
+        json.push(b',');
+        json.extend_from_slice(partition_text);
+        json.push(b',');
+        json.extend_from_slice(offset_text);
+        json.push(b']');
+        let topic = crate::value::unescape(std::str::from_utf8(topic_token).ok()?)
+            .ok()?
+            .into_owned();
+        let partition: i32 = std::str::from_utf8(partition_text).ok()?.parse().ok()?;
+        let offset: Option<i64> = if offset_text == b"null" {
+            None
+        } else {
+            Some(std::str::from_utf8(offset_text).ok()?.parse().ok()?)
+        };
+        last = Some((topic, partition, offset));
+    }
+    json.push(b']');
+    let (topic, partition, offset) = last?;
+    Some((json, topic, partition, offset))
+}
+
+/// The output rows (`spark.translate.OUTPUT_COLUMNS`) of the records written, in (seq,
+/// event_id) order: canonical format, topic `<source topic>.canonical`, the event id, seq
+/// and lineage headers.
+fn output_rows(window: &BatchWindow) -> PyResult<ArrowBatch> {
+    let core = &window.core;
+    let out = &core.out;
+    let order = window.sorted_lines();
+    let n = order.len();
+    let mut strings: Vec<StringBuilder> = (0..8)
+        .map(|_| StringBuilder::with_capacity(n, n * 24))
+        .collect();
+    let mut key = BinaryBuilder::with_capacity(n, n * 16);
+    let mut value = BinaryBuilder::with_capacity(n, out.len());
+    let mut header_names = StringBuilder::with_capacity(3 * n, 3 * n * 24);
+    let mut header_values = BinaryBuilder::with_capacity(3 * n, n * 160);
+    let mut source_topic = StringBuilder::with_capacity(n, n * 16);
+    let mut source_partition = Int32Builder::with_capacity(n);
+    let mut source_offset = Int64Builder::with_capacity(n);
+    let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
+    offsets.push(0);
+    for &i in &order {
+        let spans = &core.spans[i];
+        let start = if i == 0 { 0 } else { core.line_ends[i - 1] };
+        let end = core.line_ends[i] - 1;
+        let line = &out[start..end];
+        let rel = |s: (u32, u32)| (s.0 - start as u32, s.1 - start as u32);
+        let event_id = token(out, spans[5]).ok_or_else(|| bad("event id"))?;
+        let seq = token(out, spans[2]).ok_or_else(|| bad("seq"))?;
+        let (lineage_json, topic, partition, offset) =
+            lineage(line, rel(spans[5]).0 as usize).ok_or_else(|| bad("lineage"))?;
+        strings[0].append_value("change");
+        strings[1].append_value("canonical");
+        strings[2].append_value(&event_id);
+        strings[3].append_option(token(out, spans[1]));
+        strings[4].append_option(token(out, spans[0]));
+        strings[5].append_value(&seq);
+        strings[6].append_option(token(out, spans[3]));
+        strings[7].append_value(format!("{topic}.canonical"));
+        key.append_value(&out[spans[4].0 as usize..spans[4].1 as usize]);
+        value.append_value(line);
+        header_names.append_value("debezium_bridge.event_id");
+        header_values.append_value(event_id.as_bytes());
+        header_names.append_value("debezium_bridge.seq");
+        header_values.append_value(seq.as_bytes());
+        header_names.append_value("debezium_bridge.lineage");
+        header_values.append_value(&lineage_json);
+        offsets.push(offsets[offsets.len() - 1] + 3);
+        source_topic.append_value(&topic);
+        source_partition.append_value(partition);
+        source_offset.append_option(offset);
+    }
+    let item_fields = Fields::from(vec![
+        Field::new("key", DataType::Utf8, true),
+        Field::new("value", DataType::Binary, true),
+    ]);
+    let items = StructArray::new(
+        item_fields.clone(),
+        vec![
+            Arc::new(header_names.finish()),
+            Arc::new(header_values.finish()),
+        ],
+        None,
+    );
+    let item = Arc::new(Field::new("item", DataType::Struct(item_fields), true));
+    let headers = ListArray::try_new(
+        item,
+        OffsetBuffer::new(offsets.into()),
+        Arc::new(items),
+        None,
+    )
+    .map_err(|e| bad(&e.to_string()))?;
+    let names = [
+        "kind",
+        "format",
+        "event_id",
+        "table",
+        "op",
+        "seq",
+        "commit_ts",
+        "topic",
+    ];
+    let mut columns: Vec<(Arc<Field>, ArrayRef)> = names
+        .iter()
+        .zip(strings.iter_mut())
+        .map(|(name, b)| {
+            let a: ArrayRef = Arc::new(b.finish());
+            (Arc::new(Field::new(*name, DataType::Utf8, true)), a)
+        })
+        .collect();
+    let more: Vec<(&str, ArrayRef)> = vec![
+        ("key", Arc::new(key.finish())),
+        ("value", Arc::new(value.finish())),
+        ("headers", Arc::new(headers)),
+        ("source_topic", Arc::new(source_topic.finish())),
+        ("source_partition", Arc::new(source_partition.finish())),
+        ("source_offset", Arc::new(source_offset.finish())),
+    ];
+    for (name, a) in more {
+        columns.push((Arc::new(Field::new(name, a.data_type().clone(), true)), a));
+    }
+    Ok(ArrowBatch::new(StructArray::from(columns)))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SparkDecoder>()?;
+    m.add_function(pyo3::wrap_pyfunction!(release_batch, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,471 @@
+//! The release step of the Spark job on a batch DataFrame, natively: the rules of
+//! `core/windowed.py::WindowState` for one bucket that holds the whole input (no partition
+//! marks of earlier calls, no transaction END rows, everything released at the end), with the
+//! canonical records written by [`Core`]'s emitter (`Core::emit` / `Core::emit_each`, the
+//! same writer as the native translator's).
+//!
+//! Per position group (table, commit_lsn, change_lsn; initial snapshot rows: one group per
+//! key): an event whose identity (serial, op, key) was already seen in its group is a replay
+//! (a duplicate when its images are those of the first copy, else a replay mismatch);
+//! updates, reads and truncates are emitted at once; deletes and creates wait and are emitted
+//! as one merged update as soon as the group holds exactly one of each whose partner-key
+//! headers (when present) name each other; at the end every group that still has waiting
+//! events is emitted (paired by the core's rules), counted as released by the event-time
+//! watermark, as `WindowState.release(2**62)` counts them. The records come out sorted by
+//! (seq, event_id).
+
+use crate::core::{lsn_key, Config, Core, SortKey};
+use crate::event::Event;
+use crate::wire;
+use std::hash::{BuildHasher, Hasher};
+
+/// One event as the release step reads it.
+pub struct Item {
+    pub event: Event,
+    pub commit_ms: i64,
+    pub timestamp: Option<i64>,
+}
+
+/// A replay whose images differ from the first copy's: what its dead letter needs.
+pub struct Mismatch {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: Option<i64>,
+    pub timestamp: Option<i64>,
+    pub table_id: String,
+    pub seq: String,
+    pub op: u8,
+    pub key: Vec<u8>,
+    /// `[before, after, unavailable]` as the reference's `image_bytes` writes it (the images'
+    /// members in their canonical order; the Python side re-encodes them sorted).
+    pub before: Option<Vec<u8>>,
+    pub after: Option<Vec<u8>>,
+    pub unavailable: Vec<String>,
+}
+
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub struct Counts {
+    pub changes_out: i64,
+    pub merged: i64,
+    pub duplicates: i64,
+    pub replay_mismatches: i64,
+    pub late: i64,
+    pub pending: i64,
+    pub released_by_watermark: i64,
+}
+
+/// (table_id, commit, is an initial snapshot row, change LSN or the snapshot row's key hash)
+type GroupKey = (std::sync::Arc<str>, u128, u8, u128);
+
+/// A 128-bit hash of `data` (fixed seeds: the same in every process).
+fn key_hash(seed: u64, data: &[u8]) -> u128 {
+    let mut a = digest_hasher(seed << 1);
+    let mut b = digest_hasher((seed << 1) | 1);
+    a.write(data);
+    b.write(data);
+    ((a.finish() as u128) << 64) | b.finish() as u128
+}
+
+/// The release of one bucket of a batch DataFrame.
+pub struct BatchWindow {
+    pub core: Core,
+    pub reader: wire::Reader,
+    items: Vec<Item>,
+    pub counts: Counts,
+    pub mismatches: Vec<Mismatch>,
+    incremental: u32,
+}
+
+fn digest_hasher(seed: u64) -> ahash::AHasher {
+    ahash::RandomState::with_seeds(
+        seed,
+        0x0b1b_2b3b_4b5b_6b7b,
+        0x8b9b_abbb_cbdb_ebfb,
+        0x1c2c_3c4c_5c6c_7c8c,
+    )
+    .build_hasher()
+}
+
+/// What a replay must repeat: the images (members in any order, as the reference sorts them)
+/// and the unavailable columns.
+fn image_digest(e: &Event) -> u64 {
+    let mut h = digest_hasher(1);
+    for image in [&e.before, &e.after] {
+        match image {
+            None => h.write_u8(0),
+            Some(img) => {
+                h.write_u8(1);
+                let mut sum = 0u64;
+                for m in e.members_of(img) {
+                    let mut mh = digest_hasher(2);
+                    mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
+                    mh.write_u8(0xff);
+                    mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
+                    sum = sum.wrapping_add(mh.finish());
+                }
+                h.write_u64(sum);
+                h.write_usize(e.members_of(img).len());
+            }
+        }
+    }
+    h.write_usize(e.unavailable.len());
+    for u in &e.unavailable {
+        h.write(u.as_bytes());
+        h.write_u8(0xff);
+    }
+    h.finish()
+}
+
+fn sort_key(e: &Event) -> SortKey {
+    (lsn_key(&e.commit), lsn_key(&e.change), e.sort_serial())
+}
+
+impl BatchWindow {
+    pub fn new(pair_key_changes: bool) -> Self {
+        let mut core = Core::new(Config {
+            pair_key_changes,
+            max_pending: i64::MAX,
+            dedupe_capacity: 0,
+        });
+        let incremental = core.interner.snapshot("incremental");
+        BatchWindow {
+            core,
+            reader: wire::Reader::default(),
+            items: Vec::new(),
+            counts: Counts::default(),
+            mismatches: Vec::new(),
+            incremental,
+        }
+    }
+
+    /// Take one staged event (the decode step's bytes) and its commit time.
+    pub fn push(&mut self, data: &[u8], commit_ms: i64) -> Result<(), wire::BadWire> {
+        let mut read = self.reader.read(data, &mut self.core.interner)?;
+        // the writer names topics by the core's ids
+        let name = self.reader.topics[read.topic as usize].clone();
+        read.event.origin.topic = self.core.topic(&name);
+        self.items.push(Item {
+            event: read.event,
+            commit_ms,
+            timestamp: read.timestamp,
+        });
+        Ok(())
+    }
+
+    fn mismatch(&self, e: &Event, timestamp: Option<i64>) -> Mismatch {
+        let image = |i: &Option<crate::event::Image>| i.as_ref().map(|i| e.image_bytes(i).to_vec());
+        Mismatch {
+            topic: self.core.topics[e.origin.topic as usize].to_string(),
+            partition: e.origin.partition,
+            offset: e.origin.offset,
+            timestamp,
+            table_id: self.core.interner.tables[e.table as usize]
+                .table_id
+                .to_string(),
+            seq: String::from_utf8_lossy(&e.seq_string()).into_owned(),
+            op: e.op,
+            key: e.key_bytes().to_vec(),
+            before: image(&e.before),
+            after: image(&e.after),
+            unavailable: e.unavailable.iter().map(|u| u.to_string()).collect(),
+        }
+    }
+
+    /// Dedupe, pair and release everything taken (the whole input: a batch DataFrame); the
+    /// records are then in `core.out` (see [`BatchWindow::sorted_lines`]).
+    pub fn release_all(&mut self) {
+        let items = std::mem::take(&mut self.items);
+        // position order; copies of one event by their Kafka coordinates (topics by name)
+        let mut topic_rank: Vec<u32> = vec![0; self.core.topics.len()];
+        {
+            let mut by_name: Vec<u32> = (0..self.core.topics.len() as u32).collect();
+            by_name
+                .sort_by(|&a, &b| self.core.topics[a as usize].cmp(&self.core.topics[b as usize]));
+            for (rank, &t) in by_name.iter().enumerate() {
+                topic_rank[t as usize] = rank as u32;
+            }
+        }
+        type Order = (SortKey, u32, i32, i64, usize);
+        let mut order: Vec<Order> = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| {
+                let o = &it.event.origin;
+                (
+                    sort_key(&it.event),
+                    topic_rank[o.topic as usize],
+                    o.partition,
+                    o.offset.unwrap_or(-1),
+                    i,
+                )
+            })
+            .collect();
+        order.sort_unstable();
+        let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+        let pair = self.core.config.pair_key_changes;
+        // identity (group, serial, op, key) -> image digest of its first copy
+        let mut seen: hashbrown::HashMap<u128, u64> =
+            hashbrown::HashMap::with_capacity(order.len());
+        let mut groups: hashbrown::HashMap<GroupKey, Vec<Event>> = hashbrown::HashMap::new();
+        let mut ready: Vec<Event> = Vec::with_capacity(order.len());
+        let total: usize = slots
+            .iter()
+            .flatten()
+            .map(|i| i.event.buf.len() * 2 + 600)
+            .sum();
+        self.core.out.reserve(total);
+        for &(sk, _, _, _, index) in &order {
+            let Some(item) = slots[index].take() else {
+                continue;
+            };
+            let e = item.event;
+            let table_id = self.core.interner.tables[e.table as usize].table_id.clone();
+            let snapshot = e.is_snapshot_identity(self.incremental);
+            let local = if snapshot {
+                key_hash(1, e.key_bytes())
+            } else {
+                sk.1
+            };
+            let identity = {
+                let mut a = digest_hasher(5);
+                let mut b = digest_hasher(6);
+                for h in [&mut a, &mut b] {
+                    h.write(table_id.as_bytes());
+                    h.write_u8(0xff);
+                    h.write_u128(sk.0);
+                    h.write_u8(u8::from(snapshot));
+                    h.write_u128(local);
+                    h.write_i64(sk.2);
+                    h.write_u8(e.op);
+                    h.write(e.key_bytes());
+                }
+                ((a.finish() as u128) << 64) | b.finish() as u128
+            };
+            let digest = image_digest(&e);
+            match seen.entry(identity) {
+                hashbrown::hash_map::Entry::Occupied(first) => {
+                    if *first.get() != digest {
+                        self.counts.replay_mismatches += 1;
+                        let m = self.mismatch(&e, item.timestamp);
+                        self.mismatches.push(m);
+                    } else {
+                        self.counts.duplicates += 1;
+                    }
+                    continue;
+                }
+                hashbrown::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(digest);
+                }
+            }
+            if !pair || (e.op != b'd' && e.op != b'c') {
+                ready.push(e);
+                continue;
+            }
+            let waiting = groups
+                .entry((table_id, sk.0, u8::from(snapshot), local))
+                .or_default();
+            waiting.push(e);
+            self.counts.pending += 1;
+            if let Some((d, c)) = complete_pair(waiting) {
+                self.counts.pending -= 2;
+                self.core.emit(vec![d, c]);
+            }
+        }
+        self.core.emit_each(ready);
+        let mut left: Vec<(GroupKey, Vec<Event>)> = groups
+            .into_iter()
+            .filter(|(_, waiting)| !waiting.is_empty())
+            .collect();
+        left.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, mut waiting) in left {
+            let n = waiting.len() as i64;
+            self.counts.pending -= n;
+            self.counts.released_by_watermark += n;
+            waiting.sort_by_key(sort_key);
+            self.core.emit(waiting);
+        }
+        self.counts.changes_out = self.core.counters.changes_out;
+        self.counts.merged = self.core.counters.merged;
+    }
+
+    /// The indexes of the records written, in (seq, event_id) order.
+    pub fn sorted_lines(&self) -> Vec<usize> {
+        let out = &self.core.out;
+        let text = |span: (u32, u32)| -> std::borrow::Cow<'_, [u8]> {
+            let raw = &out[span.0 as usize..span.1 as usize];
+            match std::str::from_utf8(raw)
+                .ok()
+                .and_then(|s| crate::value::unescape(s).ok())
+            {
+                Some(std::borrow::Cow::Borrowed(s)) => std::borrow::Cow::Borrowed(s.as_bytes()),
+                Some(std::borrow::Cow::Owned(s)) => std::borrow::Cow::Owned(s.into_bytes()),
+                None => std::borrow::Cow::Borrowed(raw),
+            }
+        };
+        let keys: Vec<_> = self
+            .core
+            .spans
+            .iter()
+            .map(|s| (text(s[2]), text(s[5])))
+            .collect();
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+        order
+    }
+}
+
+/// `WindowState._pair_complete`: exactly one delete and one create whose partner keys (when
+/// given) name each other.
+fn complete_pair(waiting: &mut Vec<Event>) -> Option<(Event, Event)> {
+    if waiting.len() != 2 || waiting[0].op == waiting[1].op {
+        return None;
+    }
+    let (di, ci) = if waiting[0].op == b'd' {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    let (d, c) = (&waiting[di], &waiting[ci]);
+    if d.partner_key.as_deref().is_some_and(|p| p != c.key_bytes())
+        || c.partner_key.as_deref().is_some_and(|p| p != d.key_bytes())
+    {
+        return None;
+    }
+    let second = waiting.pop()?;
+    let first = waiting.pop()?;
+    Some(if di == 0 {
+        (first, second)
+    } else {
+        (second, first)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{Decoder, Input};
+    use crate::schema::{BinaryMode, Options};
+
+    fn envelope(op: &str, id: i64, commit: &str, change: &str, serial: i64) -> String {
+        let before = if op == "c" {
+            "null".to_string()
+        } else {
+            format!("{{\"id\":{id},\"v\":\"b\"}}")
+        };
+        let after = if op == "d" {
+            "null".to_string()
+        } else {
+            format!("{{\"id\":{id},\"v\":\"a\"}}")
+        };
+        format!(
+            "{{\"before\":{before},\"after\":{after},\"source\":{{\"version\":\"2.5.0.Final\",\
+             \"connector\":\"sqlserver\",\"name\":\"srv\",\"ts_ms\":1700000000000,\
+             \"snapshot\":\"false\",\"db\":\"db\",\"schema\":\"dbo\",\"table\":\"t\",\
+             \"change_lsn\":\"{change}\",\"commit_lsn\":\"{commit}\",\"event_serial_no\":{serial}}},\
+             \"op\":\"{op}\",\"ts_ms\":1700000000001,\"transaction\":null}}"
+        )
+    }
+
+    /// Decode `values` (key `{"id": n}`) natively and write them as the decode step does.
+    fn staged(values: &[(i64, i64, String)]) -> Vec<Vec<u8>> {
+        let mut decoder = Decoder::new(Options::new(
+            "__debezium_unavailable_value",
+            BinaryMode::Bytes,
+        ));
+        let mut interner = crate::decode::Interner::default();
+        values
+            .iter()
+            .map(|(offset, id, value)| {
+                let key = format!("{{\"id\":{id}}}");
+                let input = Input {
+                    topic: "srv.db.dbo.t",
+                    topic_id: 0,
+                    partition: 0,
+                    offset: Some(*offset),
+                    tp: 0,
+                    key: Some(key.as_bytes()),
+                    value: value.as_bytes(),
+                    has_headers: false,
+                    newkey: None,
+                    oldkey: None,
+                };
+                let e = decoder.decode(&input, &mut interner).expect("decoded");
+                let mut out = Vec::new();
+                wire::write(&mut out, &e, "srv.db.dbo.t", Some(5), &interner);
+                out
+            })
+            .collect()
+    }
+
+    fn run(payloads: &[Vec<u8>]) -> (BatchWindow, Vec<String>) {
+        let mut w = BatchWindow::new(true);
+        for p in payloads {
+            w.push(p, 1_700_000_000_000).expect("read");
+        }
+        w.release_all();
+        let lines: Vec<String> = String::from_utf8(w.core.out.clone())
+            .expect("utf8")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let order = w.sorted_lines();
+        let sorted = order.iter().map(|&i| lines[i].clone()).collect();
+        (w, sorted)
+    }
+
+    const C1: &str = "0000002a:00000100:0001";
+    const C2: &str = "0000002a:00000200:0001";
+
+    #[test]
+    fn wire_round_trip_keeps_the_canonical_record() {
+        let p = staged(&[(1, 1, envelope("u", 1, C1, C1, 1))]);
+        let (w, lines) = run(&p);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(w.counts.changes_out, 1);
+        assert!(lines[0].contains("\"op\":\"update\""));
+        assert!(lines[0]
+            .contains("\"lineage\":[{\"topic\":\"srv.db.dbo.t\",\"partition\":0,\"offset\":1}]"));
+    }
+
+    #[test]
+    fn a_key_change_pairs_across_input_order_and_replays_are_dropped() {
+        // the create arrives before the delete; the delete is replayed once
+        let p = staged(&[
+            (2, 2, envelope("c", 2, C1, C1, 2)),
+            (1, 1, envelope("d", 1, C1, C1, 1)),
+            (3, 1, envelope("d", 1, C1, C1, 1)),
+        ]);
+        let (w, lines) = run(&p);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("\"key_changed\":true"));
+        assert_eq!(w.counts.merged, 1);
+        assert_eq!(w.counts.duplicates, 1);
+        assert_eq!(w.counts.pending, 0);
+        assert_eq!(w.counts.released_by_watermark, 0);
+    }
+
+    #[test]
+    fn unpaired_halves_wait_until_the_end_and_come_out_in_seq_order() {
+        let p = staged(&[
+            (2, 2, envelope("c", 2, C2, C2, 1)),
+            (1, 1, envelope("d", 1, C1, C1, 1)),
+        ]);
+        let (w, lines) = run(&p);
+        assert_eq!(w.counts.released_by_watermark, 2);
+        assert_eq!(w.counts.changes_out, 2);
+        assert!(lines[0].contains("\"op\":\"delete\""));
+        assert!(lines[1].contains("\"op\":\"insert\""));
+    }
+
+    #[test]
+    fn a_replay_with_other_images_is_a_mismatch() {
+        let mut other = envelope("u", 1, C1, C1, 1);
+        other = other.replace("\"v\":\"a\"", "\"v\":\"z\"");
+        let p = staged(&[(1, 1, envelope("u", 1, C1, C1, 1)), (2, 1, other)]);
+        let (w, lines) = run(&p);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(w.counts.replay_mismatches, 1);
+        assert_eq!(w.mismatches[0].offset, Some(2));
+        assert_eq!(w.mismatches[0].timestamp, Some(5));
+    }
+}
