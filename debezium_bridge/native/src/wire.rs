@@ -154,6 +154,13 @@ pub fn write(
     }
     put_opt_bytes(out, e.partner_key.as_deref());
     put_opt_bytes(out, e.seq.as_deref().map(str::as_bytes));
+    match &e.changed {
+        None => out.push(0),
+        Some(changed) => {
+            out.push(1);
+            put_strs(out, changed);
+        }
+    }
 }
 
 /// What [`Reader::read`] gives besides the event.
@@ -436,6 +443,11 @@ impl Reader {
         };
         let partner_key = c.opt_bytes()?.map(|b| b.to_vec().into_boxed_slice());
         let seq = c.opt_str()?.map(|s| s.to_string().into_boxed_str());
+        let changed: Option<Arc<[String]>> = if c.flag()? {
+            Some(c.strs()?.into())
+        } else {
+            None
+        };
         if c.pos != data.len() {
             return Err(BadWire);
         }
@@ -467,6 +479,7 @@ impl Reader {
                 column_order,
                 partner_key,
                 seq,
+                changed,
             },
             topic,
             timestamp,

@@ -99,6 +99,25 @@ fn a_staged_event_reads_back() {
 }
 
 #[test]
+fn an_update_mask_travels_with_the_event() {
+    // change-table events carry the columns their update mask names (`ChangeEvent.changed`)
+    let data = staged("u", 3, 1);
+    let mut interner = Interner::default();
+    let mut event = wire::Reader::default()
+        .read(&data, &mut interner)
+        .expect("readable")
+        .event;
+    assert!(event.changed.is_none());
+    event.changed = Some(vec!["v".to_string()].into());
+    let mut out = Vec::new();
+    wire::write(&mut out, &event, "srv.db.dbo.t", Some(1), &interner);
+    let read = wire::Reader::default()
+        .read(&out, &mut interner)
+        .expect("readable");
+    assert_eq!(read.event.changed.as_deref(), Some(&["v".to_string()][..]));
+}
+
+#[test]
 fn events_beyond_64k_keep_their_member_spans() {
     let long = "x".repeat(70_000);
     let data = staged_with("u", 3, 1, &long);
