@@ -129,7 +129,8 @@ impl ImageMemory {
 }
 
 /// Fixed-seed hashers: identities and digests are the same on every run.
-fn hasher(seed: u64) -> ahash::AHasher {
+/// A hasher with fixed seeds (the same in every process): identities, digests, key hashes.
+pub(crate) fn hasher(seed: u64) -> ahash::AHasher {
     ahash::RandomState::with_seeds(
         seed,
         0x243f_6a88_85a3_08d3,
@@ -157,6 +158,38 @@ pub struct Mark {
 
 /// The (op, key id) pairs seen at a mark's position.
 pub type Seen = Vec<(u8, Box<[u8]>)>;
+
+/// The position order of an event.
+pub(crate) fn sort_key(e: &Event) -> SortKey {
+    (lsn_key(&e.commit), lsn_key(&e.change), e.sort_serial())
+}
+
+/// The image digest of `_replayed` / `_ImageMemory` (members sorted by name, as the
+/// reference's sorted msgspec encoding of `(before, after, unavailable)`).
+pub(crate) fn image_digest(e: &Event) -> u64 {
+    let mut h = hasher(3);
+    for image in [&e.before, &e.after] {
+        match image {
+            None => h.write_u8(0),
+            Some(img) => {
+                h.write_u8(1);
+                // order-independent (the reference sorts the keys): a sum of member hashes
+                let mut sum = 0u64;
+                for m in e.members_of(img) {
+                    let mut mh = hasher(4);
+                    mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
+                    mh.write_u8(0xff);
+                    mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
+                    sum = sum.wrapping_add(mh.finish());
+                }
+                h.write_u64(sum);
+                h.write_usize(img.members.1 as usize - img.members.0 as usize);
+            }
+        }
+    }
+    e.unavailable.hash(&mut h);
+    h.finish()
+}
 
 pub struct Core {
     pub config: Config,
@@ -402,7 +435,7 @@ impl Core {
         if e.is_snapshot_identity(self.incremental) {
             return; // snapshot rows are not in the partition marks
         }
-        let sk = Self::sort_key(e);
+        let sk = sort_key(e);
         let Some(marks) = self.released_marks.as_mut() else {
             return;
         };
@@ -427,37 +460,6 @@ impl Core {
                 );
             }
         }
-    }
-
-    fn sort_key(e: &Event) -> SortKey {
-        (lsn_key(&e.commit), lsn_key(&e.change), e.sort_serial())
-    }
-
-    /// The image digest of `_replayed` / `_ImageMemory` (members sorted by name, as the
-    /// reference's sorted msgspec encoding of `(before, after, unavailable)`).
-    fn image_digest(e: &Event) -> u64 {
-        let mut h = hasher(3);
-        for image in [&e.before, &e.after] {
-            match image {
-                None => h.write_u8(0),
-                Some(img) => {
-                    h.write_u8(1);
-                    // order-independent (the reference sorts the keys): a sum of member hashes
-                    let mut sum = 0u64;
-                    for m in e.members_of(img) {
-                        let mut mh = hasher(4);
-                        mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
-                        mh.write_u8(0xff);
-                        mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
-                        sum = sum.wrapping_add(mh.finish());
-                    }
-                    h.write_u64(sum);
-                    h.write_usize(img.members.1 as usize - img.members.0 as usize);
-                }
-            }
-        }
-        e.unavailable.hash(&mut h);
-        h.finish()
     }
 
     fn identity(&self, e: &Event, snapshot: bool, sk: SortKey) -> u128 {
@@ -487,7 +489,7 @@ impl Core {
     /// `Translator._accept`. Returns the message of a replay-mismatch dead letter.
     pub fn accept(&mut self, e: Event) -> Option<String> {
         let tp = e.origin.tp;
-        let sk = Self::sort_key(&e);
+        let sk = sort_key(&e);
         let snapshot = e.is_snapshot_identity(self.incremental);
         let identity = self.identity(&e, snapshot, sk);
         let mut tracked = false;
@@ -527,7 +529,7 @@ impl Core {
             }
             self.recent.add(identity);
         }
-        self.images.remember(identity, Self::image_digest(&e));
+        self.images.remember(identity, image_digest(&e));
         let (commit, change) = (sk.0, sk.1);
         // watermark bookkeeping
         let previous = self.commit_marks.get(&tp).copied();
@@ -582,7 +584,7 @@ impl Core {
             self.counters.duplicates += 1;
             return None;
         };
-        let digest = Self::image_digest(e);
+        let digest = image_digest(e);
         if digest == original {
             self.counters.duplicates += 1;
             return None;
@@ -649,7 +651,7 @@ impl Core {
             for e in &events {
                 let snapshot = e.is_snapshot_identity(self.incremental);
                 if e.key_bytes() == b"{}" || snapshot {
-                    let id = self.identity(e, snapshot, Self::sort_key(e));
+                    let id = self.identity(e, snapshot, sort_key(e));
                     self.pending_ids.remove(&id);
                 }
             }

@@ -14,10 +14,10 @@
 //! watermark, as `WindowState.release(2**62)` counts them. The records come out sorted by
 //! (seq, event_id).
 
-use crate::core::{lsn_key, Config, Core, SortKey};
+use crate::core::{hasher, image_digest, sort_key, Config, Core, SortKey};
 use crate::event::Event;
 use crate::wire;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::Hasher;
 
 /// One event as the release step reads it.
 pub struct Item {
@@ -59,8 +59,8 @@ type GroupKey = (std::sync::Arc<str>, u128, u8, u128);
 
 /// A 128-bit hash of `data` (fixed seeds: the same in every process).
 fn key_hash(seed: u64, data: &[u8]) -> u128 {
-    let mut a = digest_hasher(seed << 1);
-    let mut b = digest_hasher((seed << 1) | 1);
+    let mut a = hasher(seed << 1);
+    let mut b = hasher((seed << 1) | 1);
     a.write(data);
     b.write(data);
     ((a.finish() as u128) << 64) | b.finish() as u128
@@ -74,50 +74,6 @@ pub struct BatchWindow {
     pub counts: Counts,
     pub mismatches: Vec<Mismatch>,
     incremental: u32,
-}
-
-fn digest_hasher(seed: u64) -> ahash::AHasher {
-    ahash::RandomState::with_seeds(
-        seed,
-        0x0b1b_2b3b_4b5b_6b7b,
-        0x8b9b_abbb_cbdb_ebfb,
-        0x1c2c_3c4c_5c6c_7c8c,
-    )
-    .build_hasher()
-}
-
-/// What a replay must repeat: the images (members in any order, as the reference sorts them)
-/// and the unavailable columns.
-fn image_digest(e: &Event) -> u64 {
-    let mut h = digest_hasher(1);
-    for image in [&e.before, &e.after] {
-        match image {
-            None => h.write_u8(0),
-            Some(img) => {
-                h.write_u8(1);
-                let mut sum = 0u64;
-                for m in e.members_of(img) {
-                    let mut mh = digest_hasher(2);
-                    mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
-                    mh.write_u8(0xff);
-                    mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
-                    sum = sum.wrapping_add(mh.finish());
-                }
-                h.write_u64(sum);
-                h.write_usize(e.members_of(img).len());
-            }
-        }
-    }
-    h.write_usize(e.unavailable.len());
-    for u in &e.unavailable {
-        h.write(u.as_bytes());
-        h.write_u8(0xff);
-    }
-    h.finish()
-}
-
-fn sort_key(e: &Event) -> SortKey {
-    (lsn_key(&e.commit), lsn_key(&e.change), e.sort_serial())
 }
 
 impl BatchWindow {
@@ -227,8 +183,8 @@ impl BatchWindow {
                 sk.1
             };
             let identity = {
-                let mut a = digest_hasher(5);
-                let mut b = digest_hasher(6);
+                let mut a = hasher(5);
+                let mut b = hasher(6);
                 for h in [&mut a, &mut b] {
                     h.write(table_id.as_bytes());
                     h.write_u8(0xff);
