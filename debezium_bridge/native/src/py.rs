@@ -661,6 +661,7 @@ impl NativeCore {
             }
         };
         let mut seen: hashbrown::HashSet<(String, i32, bool)> = hashbrown::HashSet::new();
+        let mut previous: Option<(String, i32, bool)> = None;
         let mut declined = Vec::new();
         let mut pos = 0usize;
         while pos < chunk.len() {
@@ -674,12 +675,16 @@ impl NativeCore {
             if crate::dumps::is_blank(line) {
                 continue;
             }
-            match crate::dumps::parse_line(line, format) {
-                Ok(rec) => {
-                    let ces = rec.value.as_deref().is_some_and(is_ces);
-                    let key = (rec.topic.to_string(), rec.partition, ces);
-                    if !seen.contains(&key) {
-                        seen.insert(key);
+            match crate::dumps::scan_line(line, format, CES_HEAD) {
+                Ok((topic, partition, head)) => {
+                    let ces = is_ces(&head);
+                    if previous
+                        .as_ref()
+                        .is_none_or(|(t, p, c)| (t.as_str(), *p, *c) != (&*topic, partition, ces))
+                    {
+                        let key = (topic.into_owned(), partition, ces);
+                        seen.insert(key.clone());
+                        previous = Some(key);
                     }
                 }
                 Err(_) => declined.push(PyBytes::new(py, line)),
@@ -920,13 +925,17 @@ impl NativeCore {
 }
 
 /// `formats.ces.envelope.is_ces`: a CES event (JSON or Avro)?
+/// How many leading bytes of a value [`is_ces`] reads.
+const CES_HEAD: usize = 600;
+
 fn is_ces(value: &[u8]) -> bool {
     match value.first() {
         Some(0x06) => value.get(..4) == Some(b"\x061.0"),
-        Some(b'{' | b' ' | b'\t' | b'\r' | b'\n') => {
-            memchr::memmem::find(&value[..value.len().min(600)], b"com.microsoft.SQL.CES.")
-                .is_some()
-        }
+        Some(b'{' | b' ' | b'\t' | b'\r' | b'\n') => memchr::memmem::find(
+            &value[..value.len().min(CES_HEAD)],
+            b"com.microsoft.SQL.CES.",
+        )
+        .is_some(),
         _ => false,
     }
 }
