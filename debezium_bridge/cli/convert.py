@@ -130,6 +130,47 @@ def _is_data_topic(topic: str) -> bool:
             and topic.count(".") >= 2)
 
 
+class _DumpChunks:
+    """A dump file in chunks of at least ``_CHUNK`` bytes, each with whether it is the last,
+    read into one buffer that is reused: the reader sets :attr:`consumed` (its complete lines)
+    before taking the next chunk, and the rest is carried over.
+
+    One buffer rather than a bytes object per chunk: every new 4 MB object is fresh memory, a
+    page fault per 4 KB page (measured on a 0.5 GB dump: ~155k faults, about a third of the
+    native conversion's CPU time)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.consumed = 0
+        self.size = 0
+        """Bytes read so far."""
+
+    def __iter__(self) -> Iterator[tuple[memoryview, bool]]:
+        buffer = bytearray(_CHUNK)
+        held = 0
+        with open(self.path, "rb", buffering=0) as handle:
+            while True:
+                view = memoryview(buffer)
+                while held < len(buffer):
+                    n = handle.readinto(view[held:])
+                    if not n:
+                        break
+                    held += n
+                    self.size += n
+                last = held < len(buffer)
+                self.consumed = 0
+                yield view[:held], last
+                if last:
+                    return
+                if self.consumed == 0:  # a line longer than the buffer
+                    grown = bytearray(2 * len(buffer))
+                    grown[:held] = view[:held]
+                    buffer = grown
+                    continue
+                held -= self.consumed
+                buffer[:held] = bytes(view[self.consumed:self.consumed + held])
+
+
 class _Progress:
     """A one-line progress display on a terminal (a display, not a log)."""
 
@@ -241,28 +282,15 @@ class Conversion:
             fmt = reader.format
         return fmt if fmt in (DumpFormat.LOSSLESS, DumpFormat.KCAT) else None
 
-    @staticmethod
-    def _chunks(path: str) -> Iterator[tuple[bytes, bool]]:
-        """A file in large chunks, each with whether it is the last."""
-        with open(path, "rb") as handle:
-            chunk = handle.read(_CHUNK)
-            while chunk:
-                following = handle.read(_CHUNK)
-                yield chunk, not following
-                chunk = following
-
     def _learn_native(self, path: str, fmt: DumpFormat, partitions: set[tuple[str, int]]
                       ) -> int:
         scanner = native.module().NativeCore(
             pair_key_changes=True, max_pending=1, dedupe_capacity=0, placeholder="",
             binary_mode="bytes", fallback=None, mismatch=None)
-        rest = b""
-        size = 0
-        for chunk, last in self._chunks(path):
-            data = rest + chunk if rest else chunk
-            size += len(chunk)
-            consumed, seen, declined = scanner.scan_dump(data, fmt.value, last)
-            rest = data[consumed:]
+        chunks = _DumpChunks(path)
+        for chunk, last in chunks:
+            consumed, seen, declined = scanner.scan_dump(chunk, fmt.value, last)
+            chunks.consumed = consumed
             for topic, partition, ces in seen:
                 if ces or _is_data_topic(topic):
                     partitions.add((topic, partition))
@@ -273,7 +301,7 @@ class Conversion:
                     continue
                 if _is_data_topic(item.topic) or is_ces(item.value):
                     partitions.add((item.topic, item.partition))
-        return size
+        return chunks.size
 
     def _learn_inputs(self) -> tuple[set[tuple[str, int]], dict[str, Any], int]:
         """Partitions of the data topics (so ordering waits for all), Avro schemas embedded in
@@ -386,17 +414,14 @@ class Conversion:
         """One lossless/kcat dump through the native core, chunk by chunk."""
         pipeline, counters = self.pipeline, self.pipeline.translator.counters
         assert isinstance(pipeline, Pipeline)  # dumps, not change-table rows
-        rest = b""
         line_no = 1
-        size = 0
-        for chunk, last in self._chunks(path):
-            data = rest + chunk if rest else chunk
-            size += len(chunk)
-            consumed, line_no = pipeline.process_dump_chunk(data, fmt, path, line_no, last)
-            rest = data[consumed:]
+        chunks = _DumpChunks(path)
+        for chunk, last in chunks:
+            chunks.consumed, line_no = pipeline.process_dump_chunk(chunk, fmt, path, line_no,
+                                                                   last)
             self._drain(sink, dead_sink)
-            progress.update(counters.records_in, done_bytes + size)
-        return size
+            progress.update(counters.records_in, done_bytes + chunks.size)
+        return chunks.size
 
     def _translate(self, sink: FileSink, dead_sink: FileSink | None, progress: _Progress,
                    show: bool) -> None:

@@ -81,8 +81,8 @@ class Pipeline:
         self.process_many((record,))
 
     # -- dump files on the native core ----------------------------------------------------------
-    def process_dump_chunk(self, chunk: bytes, fmt: DumpFormat, path: str, line_no: int,
-                           last: bool) -> tuple[int, int]:
+    def process_dump_chunk(self, chunk: bytes | bytearray | memoryview, fmt: DumpFormat,
+                           path: str, line_no: int, last: bool) -> tuple[int, int]:
         """Translate the complete lines of a chunk of a lossless or kcat dump file on the
         native core (no Python object per line); returns the bytes consumed and the next line
         number. Lines it does not read go to the Python reader and decoder; a line that cannot

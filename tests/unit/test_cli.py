@@ -45,7 +45,14 @@ def dump(tmp_path: Path) -> Path:
     return path
 
 
-def test_convert_canonical_with_dlq_and_counters(dump: Path, tmp_path: Path, capsys):
+@pytest.mark.parametrize("chunk", [None, 16, 300])
+def test_convert_canonical_with_dlq_and_counters(dump: Path, tmp_path: Path, capsys,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 chunk: int | None):
+    """``chunk``: the dump read in chunks smaller than a line (each chunk grows to hold one)
+    or holding a few lines (the incomplete last line carried into the next)."""
+    if chunk is not None:
+        monkeypatch.setattr("debezium_bridge.cli.convert._CHUNK", chunk)
     out, dlq, counters = tmp_path / "out.jsonl", tmp_path / "dlq.jsonl", tmp_path / "c.json"
     code = main(["convert", str(dump), "-o", str(out), "--dlq", str(dlq),
                  "--counters-json", str(counters)])

@@ -13,6 +13,7 @@ use crate::decode::{Decoder, Input};
 use crate::event::{Event, Image, Origin, Tx};
 use crate::schema::{BinaryMode, Options};
 use crate::value::{self, Decline};
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -596,13 +597,14 @@ impl NativeCore {
     fn process_dump(
         &mut self,
         py: Python<'_>,
-        chunk: &[u8],
+        chunk: PyBuffer<u8>,
         format: &str,
         first_line_no: i64,
         last: bool,
         line_fallback: &Bound<'_, PyAny>,
         mismatch_line: &Bound<'_, PyAny>,
     ) -> PyResult<(usize, i64)> {
+        let chunk = buffer_bytes(&chunk)?;
         let format = match format {
             "lossless" => crate::dumps::Format::Lossless,
             "kcat" => crate::dumps::Format::Kcat,
@@ -647,10 +649,11 @@ impl NativeCore {
     fn scan_dump<'py>(
         &mut self,
         py: Python<'py>,
-        chunk: &[u8],
+        chunk: PyBuffer<u8>,
         format: &str,
         last: bool,
     ) -> PyResult<ScanResult<'py>> {
+        let chunk = buffer_bytes(&chunk)?;
         let format = match format {
             "lossless" => crate::dumps::Format::Lossless,
             "kcat" => crate::dumps::Format::Kcat,
@@ -925,6 +928,24 @@ impl NativeCore {
 }
 
 /// `formats.ces.envelope.is_ces`: a CES event (JSON or Avro)?
+/// The bytes of a dump chunk: `bytes`, or a `bytearray` (or a view of one) the caller reuses
+/// from chunk to chunk.
+fn buffer_bytes(buffer: &PyBuffer<u8>) -> PyResult<&[u8]> {
+    if !buffer.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "a dump chunk must be a contiguous buffer",
+        ));
+    }
+    if buffer.len_bytes() == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the buffer is held (its exporter cannot be resized or freed) for as long as the
+    // slice borrows it, and it is contiguous bytes (`u8`, checked by `PyBuffer::get`). Nothing
+    // writes to it meanwhile: the dump readers own their chunk buffer and the callbacks made
+    // during a call (the Python line reader, dead letters) receive copies of lines.
+    Ok(unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) })
+}
+
 /// How many leading bytes of a value [`is_ces`] reads.
 const CES_HEAD: usize = 600;
 
