@@ -21,6 +21,7 @@ partitions of every topic and, for ``Trigger.AvailableNow``, where this run ends
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -243,13 +244,17 @@ class KafkaPartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
-def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``split`` in the built-in source's column order (runs on executors)."""
+def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterator[Any]:
+    """The records of ``split`` as Arrow record batches in the built-in source's columns (runs
+    on executors), one per fetch: Spark takes them as they are, where rows yielded as tuples
+    are converted value by value in Python (a datetime and a list of header tuples per row)."""
+    import pyarrow as pa
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     leave_sigint_to_the_driver()
     consumer = Consumer(_consumer_settings(options, "debezium-bridge-reader"))
     timeout = _timeout_s(options)
+    schema = arrow_schema()
     try:
         consumer.assign([TopicPartition(split.topic, split.partition, split.start)])
         position = split.start
@@ -259,6 +264,12 @@ def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterato
             if not messages and time.monotonic() - idle_since > timeout:
                 raise TimeoutError(f"{split.topic}[{split.partition}]: no records at offset "
                                    f"{position} (expected up to {split.end}) within {timeout}s")
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+            offsets: list[int] = []
+            stamps: list[int | None] = []
+            stamp_types: list[int] = []
+            headers: list[Any] = []
             for m in messages:
                 error = m.error()
                 if error is not None:
@@ -281,14 +292,48 @@ def read_partition(options: Mapping[str, str], split: KafkaPartition) -> Iterato
                     break
                 idle_since = time.monotonic()
                 ts_type, ts = m.timestamp()  # type: ignore[misc]
-                headers = m.headers()
-                yield (m.key(), m.value(), split.topic, split.partition, offset,
-                       datetime.fromtimestamp(ts / 1000, UTC) if ts_type else None,
-                       1 if ts_type == 2 else 0,
-                       list(headers) if headers else [])
+                keys.append(m.key())
+                values.append(m.value())
+                offsets.append(offset)
+                stamps.append(ts * 1000 if ts_type else None)
+                stamp_types.append(1 if ts_type == 2 else 0)
+                headers.append(m.headers() or [])
                 position = offset + 1
+            if offsets:
+                n = len(offsets)
+                yield pa.RecordBatch.from_arrays([
+                    pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                    pa.array([split.topic] * n, pa.string()),
+                    pa.array([split.partition] * n, pa.int32()), pa.array(offsets, pa.int64()),
+                    pa.array(stamps, pa.int64()).cast(schema.field("timestamp").type),
+                    pa.array(stamp_types, pa.int32()),
+                    pa.array(headers, schema.field("headers").type)], schema=schema)
     finally:
         consumer.close()
+
+
+@functools.cache
+def arrow_schema() -> Any:
+    """:data:`KAFKA_SCHEMA` as Spark hands Arrow data to and from Python (UTC timestamps)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return to_arrow_schema(StructType([
+        StructField("key", BinaryType()), StructField("value", BinaryType()),
+        StructField("topic", StringType()), StructField("partition", IntegerType()),
+        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("headers", ArrayType(header))]), timezone="UTC")
 
 
 def _resolve(spec: str | None, default: str, partitions: list[tuple[str, int]],
@@ -396,7 +441,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaPartition(t, p, begin[(t, p)], o)
                 for (t, p), o in sorted(stop.items()) if o > begin[(t, p)]]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaPartition)
         return read_partition(self.options, partition)
 
@@ -430,7 +475,7 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return self.splits
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaPartition)
         return read_partition(self.options, partition)
 
