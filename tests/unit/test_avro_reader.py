@@ -7,10 +7,11 @@ import itertools
 from typing import Any
 
 import fastavro
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from debezium_bridge.formats.debezium.avro_reader import compile_reader
+from debezium_bridge.formats.debezium.avro_reader import TooManyItems, compile_reader
 
 _names = itertools.count()
 
@@ -130,3 +131,36 @@ def test_recursive_records_and_truncated_spans():
     assert compile_reader(schema)(data, 0) == (datum, len(data))
     for cut in range(len(data)):
         assert generated_read(schema, data[:cut]) is None
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+@pytest.mark.parametrize("items", ["null", {"type": "fixed", "name": "One", "size": 1},
+                                   {"type": "array", "items": "null"}])
+def test_arrays_announcing_more_items_than_the_data_holds_are_bad_data(items: Any) -> None:
+    """A few bytes can announce 2**40 items; fastavro would build them (an item of ``null``
+    takes no bytes, a ``fixed`` is sliced past the end): the reader refuses at once."""
+    parsed = fastavro.parse_schema({"type": "record", "name": f"bomb{next(_names)}",
+                                    "fields": [{"name": "value", "type": {
+                                        "type": "array", "items": items}}]})
+    bomb = _zigzag(2**40) + b"\x00"
+    if isinstance(items, dict) and items["type"] == "array":  # 1 item holding 2**40 nulls
+        bomb = _zigzag(1) + bomb + b"\x00"
+    with pytest.raises(TooManyItems):
+        compile_reader(parsed)(bomb, 0)
+
+
+def test_arrays_of_items_that_take_no_bytes_read_as_fastavro_reads_them() -> None:
+    parsed = fastavro.parse_schema({"type": "record", "name": f"nulls{next(_names)}",
+                                    "fields": [{"name": "value", "type": {
+                                        "type": "array", "items": "null"}}]})
+    data = _zigzag(3000) + b"\x00"
+    assert generated_read(parsed, data) == fastavro_read(parsed, data)
+    assert generated_read(parsed, data) == ({"value": [None] * 3000}, len(data))

@@ -294,6 +294,30 @@ def avro_int16_decoder() -> Decoder:
 
 
 
+AVRO_NULLS_ID = 6
+AVRO_NULLS = copy.deepcopy(AVRO_ENVELOPE)
+AVRO_NULLS["fields"].append({"name": "noise", "type": {"type": "array", "items": "null"}})
+
+
+def avro_nulls(count: int) -> bytes:
+    """An envelope whose last field, an array of nulls (they take no bytes), announces ``count``
+    items in a single block: a few bytes that fastavro would build into ``count`` Nones."""
+    value = confluent(AVRO_NULLS_ID, AVRO_NULLS, {
+        "before": None, "after": {"id": 1, "amount": decimal.Decimal("2.00")},
+        "source": source(), "op": "c", "ts_ms": 1_700_000_000_999, "noise": []})
+    zigzag, varint = count << 1, bytearray()
+    while zigzag >= 0x80:
+        varint.append(zigzag & 0x7F | 0x80)
+        zigzag >>= 7
+    varint.append(zigzag)
+    return value[:-1] + bytes(varint) + b"\x00"  # the empty array's end, after the block
+
+
+def avro_nulls_decoder() -> Decoder:
+    resolver = FileSchemaResolver({str(AVRO_NULLS_ID): AVRO_NULLS, str(AVRO_KEY_ID): AVRO_KEY})
+    return Decoder(avro=AvroDecoder(resolver))
+
+
 # --- the malformed records ---------------------------------------------------------------------
 
 
@@ -425,6 +449,8 @@ BAD: list[Bad] = [
     Bad("wrong-magic-byte", b"\x01" + avro_value()[1:], "decode", "DecodeError", r"0x01"),
     Bad("avro-without-resolver", avro_value(), "schema", "SchemaError", r"schema registry",
         decoder=Decoder),
+    Bad("avro-array-of-nulls-announcing-2**40-items", avro_nulls(2**40), "decode", "DecodeError",
+        r"Avro.*announce more items than the data holds", decoder=avro_nulls_decoder),
     # -- keys
     Bad("key-not-json", GOOD, "decode-key", "KeyDecodeError", r"key.*JSON",
         key=b"\xff\xfe\x00\x01garbage"),

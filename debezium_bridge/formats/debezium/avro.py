@@ -19,6 +19,7 @@ import msgspec
 from debezium_bridge.errors import DecodeError, EnvelopeError, SchemaError, ValueConversionError
 from debezium_bridge.formats.debezium.avro_reader import (
     Projection,
+    TooManyItems,
     compile_reader,
     fastavro_reason,
 )
@@ -250,6 +251,8 @@ class AvroDecoder:
     def _read(raw: bytes, compiled: _Compiled) -> Any:
         try:
             datum, end = compiled.read(raw, 5)
+        except TooManyItems as exc:  # bad data fastavro would build for minutes
+            raise DecodeError(f"Avro payload does not match its schema ({exc})") from exc
         except Exception as exc:  # odd or broken input: fastavro, the reference, decides
             datum, end = _fastavro_read(raw, compiled.parsed)
             if compiled.fallbacks == 0:  # fastavro read what the generated reader declined

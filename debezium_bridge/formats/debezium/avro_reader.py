@@ -8,7 +8,11 @@ leaving out fields the caller does not use.
 
 The generated reader only accepts input it decodes exactly like fastavro (varints within 64 bits,
 booleans 0/1, union and enum indexes in range, lengths inside the data). Anything else raises, and
-the caller hands that datum to fastavro, which stays the reference for odd and broken input.
+the caller hands that datum to fastavro, which stays the reference for odd and broken input —
+except arrays announcing more items than the datum has bytes (plus :data:`EMPTY_ITEMS`, for
+items that take none, like ``null``): a few bytes can announce billions of items, which fastavro
+builds (minutes and gigabytes for a 5-byte record, measured), so such a datum raises
+:class:`TooManyItems`, which callers treat as bad data.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "b
 
 class Unsupported(Exception):
     """Input the generated reader does not decode itself (fastavro decides)."""
+
+
+class TooManyItems(ValueError):
+    """A datum whose arrays announce more items than it can plausibly hold (bad data: not
+    handed to fastavro)."""
+
+
+EMPTY_ITEMS = 4096
+"""Array items a datum may hold beyond its length in bytes (items that take no bytes)."""
 
 
 _SHIFTS = tuple(range(7, 64, 7))
@@ -85,7 +98,7 @@ class _Generator:
         self.functions: list[str] = []
         self.constants: dict[str, Any] = {
             "varint": read_varint, "skip_varint": _skip_varint, "Unsupported": Unsupported,
-            "ZIGZAG": _ZIGZAG, "LENGTHS": _LENGTHS,
+            "ZIGZAG": _ZIGZAG, "LENGTHS": _LENGTHS, "TooManyItems": TooManyItems,
             "unpack_float": struct.Struct("<f").unpack_from,
             "unpack_double": struct.Struct("<d").unpack_from,
         }
@@ -99,7 +112,8 @@ class _Generator:
                     out: list[str], ind: str) -> None:
         key = (schema["name"], _projection_key(keep))
         if key in self.active:
-            out.append(f"{ind}{target}, pos = {self.record_function(key, schema, keep)}(data, pos)")
+            function = self.record_function(key, schema, keep)
+            out.append(f"{ind}{target}, pos = {function}(data, pos, budget)")
             return
         self.active.add(key)
         fields = []
@@ -122,7 +136,7 @@ class _Generator:
             self.active.discard(key)
             self.read_record(schema, keep, "datum", body, "    ")
             self.active.add(key)
-            self.functions.append("\n".join([f"def {name}(data, pos):", *body,
+            self.functions.append("\n".join([f"def {name}(data, pos, budget):", *body,
                                              "    return datum, pos", ""]))
         return name
 
@@ -224,6 +238,10 @@ class _Generator:
         out += [f"{inner}if {count} == 0:", f"{inner}    break",
                 f"{inner}if {count} < 0:", f"{inner}    {count} = -{count}"]
         self.read_long(skipped, out, inner + "    ")
+        if kind == "array":  # (a map's items hold a key: they take bytes)
+            out += [f"{inner}budget[0] -= {count}", f"{inner}if budget[0] < 0:",
+                    f"{inner}    raise TooManyItems('arrays announce more items than the "
+                    f"data holds')"]
         out.append(f"{inner}for _ in range({count}):")
         body = inner + "    "
         if kind == "array":
@@ -249,7 +267,8 @@ def compile_reader(parsed: Any, keep: Projection | None = None) -> Reader:
         generator.read(parsed, "datum", body, "    ", keep)
     except (Unsupported, KeyError, TypeError, ValueError):
         return _unsupported
-    source = "\n".join([*generator.functions, "def read(data, pos):", *body,
+    source = "\n".join([*generator.functions, "def read(data, pos):",
+                        f"    budget = [len(data) + {EMPTY_ITEMS}]", *body,
                         "    if pos > len(data):", "        raise Unsupported('past the end')",
                         "    return datum, pos", ""])
     namespace = dict(generator.constants)

@@ -273,11 +273,19 @@ pub enum Prim<'a> {
 pub struct Cursor<'a> {
     data: &'a [u8],
     pos: usize,
+    /// Array and map items the datum may still hold: one per byte of the data, so that items
+    /// taking no bytes (`null`s) cannot loop for billions of rounds; more is declined (the
+    /// Python reader decides: it takes a few thousand more, then calls the record bad).
+    items_left: u64,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(data: &'a [u8], pos: usize) -> Self {
-        Cursor { data, pos }
+        Cursor {
+            data,
+            pos,
+            items_left: data.len() as u64,
+        }
     }
 
     #[inline]
@@ -451,6 +459,7 @@ impl<'a> Cursor<'a> {
                     count = count.checked_neg().ok_or(Decline)?;
                     self.long()?;
                 }
+                self.items_left = self.items_left.checked_sub(count as u64).ok_or(Decline)?;
                 for _ in 0..count {
                     if matches!(node, Node::Map(_)) {
                         self.string()?;
