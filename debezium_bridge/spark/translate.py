@@ -71,7 +71,14 @@ from debezium_bridge.core.windowed import (
     marks_bytes,
     marks_from_bytes,
 )
-from debezium_bridge.errors import BridgeError, LsnFormatError, ReplayMismatchError, ServiceError
+from debezium_bridge.core.windowed_native import (
+    adopt_reference_state,
+    is_native_state,
+    mark_tuples,
+    mismatch_letter,
+    topology_args,
+)
+from debezium_bridge.errors import BridgeError, LsnFormatError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
@@ -637,6 +644,7 @@ def _streaming_release(config: TranslateConfig, topology: Topology | None
             else:
                 watermark = state.getCurrentWatermarkMs()
                 stored, learned = state.get if state.exists else (None, None)
+                # a state the native core wrote raises BridgeError naming translate.native
                 window = WindowState(core, stored, topology)
                 encoder.learn_stored(learned)  # the column types of the events that waited
                 payloads = _split_frames(frames, window)
@@ -690,22 +698,6 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     return release
 
 
-_sorted_json = msgspec.json.Encoder(order="sorted").encode
-
-
-def _mismatch_letter(m: tuple[Any, ...]) -> DeadLetter:
-    """The dead letter of a replay mismatch the native release found, as
-    :meth:`~debezium_bridge.core.windowed.WindowState.drain_mismatches` writes it."""
-    (topic, partition, offset, stamp, table_id, seq, op, key, before, after, unavailable) = m
-    images = (None if before is None else msgspec.json.decode(before),
-              None if after is None else msgspec.json.decode(after), list(unavailable))
-    raw = RawRecord(topic, partition, offset, stamp, bytes(key), _sorted_json(images))
-    error = ReplayMismatchError(
-        f"{table_id} {seq} op {op!r}: same position, op and key as an event already seen, but "
-        "a different image (corruption or a different event, not a replay)")
-    return DeadLetter.of(error, raw)
-
-
 def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     """The release step of a batch DataFrame on the native core: a bucket's staged events in,
     its canonical output rows out as one Arrow table (replay mismatches and the counters row
@@ -715,8 +707,6 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     direct = _native_output_direct(config)
 
     def release(table: Any) -> Any:
-        import numpy as np
-        import pyarrow as pa
 
         leave_sigint_to_the_driver()
         bucket = table.column("bucket")[0].as_py()
@@ -732,25 +722,103 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
             out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
         except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
             raise BridgeError(f"native release step: {exc}") from exc
-        rows = pa.record_batch(out)
-        schema = _arrow_release_schema()
-        changes_out, merged, duplicates, mismatched, late, pending, by_watermark = counts
-        released = dict.fromkeys(RELEASE_RULES, 0) | {"watermark": by_watermark}
-        if direct:
-            zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
-            parts = [pa.Table.from_batches([pa.RecordBatch.from_arrays(
-                [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])]
-            extra = []
-        else:  # other formats, topics or tombstones: the output layer on the canonical records
+        *counts, by_watermark = counts
+        return _native_rows(out, (*counts, 0, 0, 0, by_watermark), mismatches, encoder, direct)
+
+    return release
+
+
+def _native_rows(out: Any, counts: Sequence[int], mismatches: list[Any], encoder: _Encoder,
+                 direct: bool) -> Any:
+    """The output rows of a native release (an Arrow batch of canonical rows) and its counters
+    (changes_out, merged, duplicates, replay_mismatches, late, pending, then released per
+    rule of :data:`RELEASE_RULES`) as one Arrow table of :data:`_RELEASE_SCHEMA`; other
+    formats, topics and tombstones through the output layer on the canonical records."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = pa.record_batch(out)
+    schema = _arrow_release_schema()
+    changes_out, merged, duplicates, mismatched, late, pending, *released = counts
+    if direct:
+        zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
+        parts = [pa.Table.from_batches([pa.RecordBatch.from_arrays(
+            [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])]
+        extra = []
+    else:  # other formats, topics or tombstones: the output layer on the canonical records
+        with _collector_paused():
+            records = native.decode_lines(b"\n".join(rows.column("value").to_pylist()))
+            extra = [row for record in records for row in encoder.change_rows(record)]
+        parts = []
+    extra += [encoder.dead_row(mismatch_letter(m)) for m in mismatches]
+    parts.append(_arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
+                                         pending, encoder.encode_errors, *released))))
+    return pa.concat_tables(parts)
+
+
+def _native_streaming_release(config: TranslateConfig, topology: Topology | None
+                              ) -> Callable[..., Iterator[Any]]:
+    """The release step of a streaming DataFrame on the native core
+    (``applyInPandasWithState``): a bucket's staged events, progress and transaction END rows
+    into the native window (``StreamRelease``; :class:`WindowState`'s rules), its state bytes
+    in Spark's state store, its rows out as :func:`_native_rows` writes them. A state the
+    Python reference wrote (the query ran with ``translate.native: off`` before) is taken
+    over (:func:`~debezium_bridge.core.windowed_native.adopt_reference_state`)."""
+    pair = config.pair_key_changes
+    direct = _native_output_direct(config)
+    partitions, ends = topology_args(topology)
+
+    def release(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pyarrow as pa
+
+        leave_sigint_to_the_driver()
+        bucket = int(key[0])
+        if bucket == CLOCK_BUCKET:
+            for _ in frames:
+                pass
+            return
+        encoder = _Encoder(config)
+        if bucket == DEAD_BUCKET:
             with _collector_paused():
-                records = native.decode_lines(b"\n".join(rows.column("value").to_pylist()))
-                extra = [row for record in records for row in encoder.change_rows(record)]
-            parts = []
-        extra += [encoder.dead_row(_mismatch_letter(m)) for m in mismatches]
-        parts.append(_arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
-                                             pending, encoder.encode_errors,
-                                             *(released[rule] for rule in RELEASE_RULES)))))
-        return pa.concat_tables(parts)
+                columns = _dead_rows((p for f in frames for p in f["payload"]), encoder)
+            yield _pandas(columns)
+            return
+        watermark = state.getCurrentWatermarkMs()
+        stored = state.get[0] if state.exists else None
+        payloads: list[bytes] = []
+        commit_ms: list[int] = []
+        marks: list[tuple[Any, ...]] = []
+        ends_seen: list[tuple[bytes, int, int]] = []
+        for frame in frames:
+            for kind, payload, ms in zip(frame["kind"].tolist(), frame["payload"],
+                                         frame["commit_ms"].tolist(), strict=True):
+                if kind == EVENT_ROW:
+                    payloads.append(payload)
+                    commit_ms.append(int(ms))
+                elif kind == PROGRESS_ROW:
+                    marks += mark_tuples(marks_from_bytes(payload))
+                else:
+                    commit, count = _tx_decoder.decode(payload)
+                    ends_seen.append((commit, count, int(ms)))
+        try:
+            if stored is not None and not is_native_state(stored):
+                window = adopt_reference_state(bytes(stored), pair, topology)
+            else:
+                window = native.module().StreamRelease(
+                    None if stored is None else bytes(stored), pair, partitions, ends)
+            window.push(pa.array(payloads, pa.binary()), pa.array(commit_ms, pa.int64()))
+            window.observe(marks)
+            window.add_transactions(ends_seen)
+            window.run(watermark)
+            out, counts, mismatches = window.output()
+            state.update((bytes(window.dump()), None))
+        except ValueError as exc:  # staged or state bytes it cannot read: a bug, not input
+            raise BridgeError(f"native release step: {exc}") from exc
+        timeout = window.next_timeout_ms()
+        if timeout is not None:
+            state.setTimeoutTimestamp(max(timeout, watermark))
+        table = _native_rows(out, counts, mismatches, encoder, direct)
+        yield _pandas([column.to_pylist() for column in table.columns])
 
     return release
 
@@ -773,7 +841,7 @@ def native_translate(df: Any, config: TranslateConfig | None = None) -> bool:
     config = config or TranslateConfig()
     if not native.use_native(config.native):
         return False
-    return not df.isStreaming and not config.needs_column_types
+    return not config.needs_column_types
 
 
 def translate(df: Any, config: TranslateConfig | None = None,
@@ -797,14 +865,15 @@ def translate(df: Any, config: TranslateConfig | None = None,
     config = config or TranslateConfig()
     on_native = native_translate(df, config)
     staged = decode_stage(df, config, native=on_native)
-    if on_native:
-        released = staged.groupBy("bucket").applyInArrow(_native_batch_release(config),
-                                                         _RELEASE_SCHEMA)
-    elif df.isStreaming:
+    if df.isStreaming:
+        step = _native_streaming_release if on_native else _streaming_release
         staged = staged.withWatermark("clock", config.watermark_delay)
         released = staged.groupBy("bucket").applyInPandasWithState(
-            _streaming_release(config, topology), _RELEASE_SCHEMA, "state binary, columns binary",
+            step(config, topology), _RELEASE_SCHEMA, "state binary, columns binary",
             "append", GroupStateTimeout.EventTimeTimeout)
+    elif on_native:
+        released = staged.groupBy("bucket").applyInArrow(_native_batch_release(config),
+                                                         _RELEASE_SCHEMA)
     else:
         released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
     observed = released.observe(
@@ -817,21 +886,39 @@ def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> A
     """Step 1 of :func:`translate` on its own: one row per decoded event (``bucket``, ``kind``,
     ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row;
     for a streaming ``df`` also the progress rows (per task, one per bucket) and transaction END
-    rows (benchmarks measure the cost of the steps with it). ``native`` (batch only): decode
-    with the native core, events staged as its bytes (what the native release step reads)."""
+    rows (benchmarks measure the cost of the steps with it). ``native``: decode with the native
+    core, events staged as its bytes (what the native release steps read)."""
     from pyspark.sql import functions as F
 
+    decode = decode_task(config, streaming=df.isStreaming, native=native)
+    return df.mapInArrow(decode, _STAGE_SCHEMA).observe(
+        f"{METRICS_NAME}_decode", *(F.sum(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
+
+
+def decode_task(config: TranslateConfig, *, streaming: bool, native: bool
+                ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function :func:`decode_stage` runs per Spark task (``mapInArrow``): the task's Arrow
+    batches of Kafka rows in, staged rows out."""
     spec = _decoder_spec(config)
     buckets = config.buckets
     heartbeats = config.heartbeat_watermark
-    streaming = df.isStreaming
     on_native = native
-    if on_native and streaming:
-        raise ValueError("the native decode step covers batch DataFrames only")
 
     def decode(batches: Iterator[Any]) -> Iterator[Any]:
         leave_sigint_to_the_driver()
         decoder, catalog = _decoder(spec)
+        if on_native and streaming:
+            spark_decoder = _spark_decoder(spec, decoder)
+            tracker = ProgressTracker()
+            encode = functools.partial(_wire, spark_decoder, buckets)
+            for batch in batches:
+                with _collector_paused():
+                    staged = _decode_batch(batch, decoder, buckets, None, heartbeats, tracker,
+                                           encode)
+                yield staged
+            if tracker.marks():
+                yield _progress_batch(tracker, buckets)
+            return
         if on_native:
             spark_decoder = _spark_decoder(spec, decoder)
             for batch in batches:
@@ -848,5 +935,4 @@ def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> A
         if progress is not None and progress.marks():
             yield _progress_batch(progress, buckets)
 
-    return df.mapInArrow(decode, _STAGE_SCHEMA).observe(
-        f"{METRICS_NAME}_decode", *(F.sum(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
+    return decode
