@@ -756,6 +756,29 @@ def _native_rows(out: Any, counts: Sequence[int], mismatches: list[Any], encoder
     return pa.concat_tables(parts)
 
 
+def _split_native_frames(frames: Iterator[Any]) -> tuple[list[bytes], list[int],
+                                                        list[tuple[Any, ...]],
+                                                        list[tuple[bytes, int, int]]]:
+    """A bucket's frames as the native window takes them: the events' staged bytes and commit
+    times, the partition marks of the progress rows, the transaction END rows."""
+    payloads: list[bytes] = []
+    commit_ms: list[int] = []
+    marks: list[tuple[Any, ...]] = []
+    ends_seen: list[tuple[bytes, int, int]] = []
+    for frame in frames:
+        for kind, payload, ms in zip(frame["kind"].tolist(), frame["payload"],
+                                     frame["commit_ms"].tolist(), strict=True):
+            if kind == EVENT_ROW:
+                payloads.append(payload)
+                commit_ms.append(int(ms))
+            elif kind == PROGRESS_ROW:
+                marks += mark_tuples(marks_from_bytes(payload))
+            else:
+                commit, count = _tx_decoder.decode(payload)
+                ends_seen.append((commit, count, int(ms)))
+    return payloads, commit_ms, marks, ends_seen
+
+
 def _native_streaming_release(config: TranslateConfig, topology: Topology | None
                               ) -> Callable[..., Iterator[Any]]:
     """The release step of a streaming DataFrame on the native core
@@ -785,21 +808,7 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
             return
         watermark = state.getCurrentWatermarkMs()
         stored = state.get[0] if state.exists else None
-        payloads: list[bytes] = []
-        commit_ms: list[int] = []
-        marks: list[tuple[Any, ...]] = []
-        ends_seen: list[tuple[bytes, int, int]] = []
-        for frame in frames:
-            for kind, payload, ms in zip(frame["kind"].tolist(), frame["payload"],
-                                         frame["commit_ms"].tolist(), strict=True):
-                if kind == EVENT_ROW:
-                    payloads.append(payload)
-                    commit_ms.append(int(ms))
-                elif kind == PROGRESS_ROW:
-                    marks += mark_tuples(marks_from_bytes(payload))
-                else:
-                    commit, count = _tx_decoder.decode(payload)
-                    ends_seen.append((commit, count, int(ms)))
+        payloads, commit_ms, marks, ends_seen = _split_native_frames(frames)
         try:
             if stored is not None and not is_native_state(stored):
                 window = adopt_reference_state(bytes(stored), pair, topology)
