@@ -62,6 +62,7 @@ from debezium_bridge.core import native
 from debezium_bridge.core.settings import NativeMode, TranslatorConfig, native_mode
 from debezium_bridge.core.windowed import (
     RELEASE_RULES,
+    PartitionMark,
     ProgressTracker,
     Topology,
     WindowState,
@@ -265,15 +266,21 @@ def _native_columns(batch: Any) -> Any:
 
 
 def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, buckets: int,
-                         heartbeats: bool = False) -> list[Any]:
+                         heartbeats: bool = False, progress: ProgressTracker | None = None
+                         ) -> list[Any]:
     """:func:`_decode_batch` with the native decoder: the batch's Kafka columns in one call,
     events staged as native bytes; the rows it declines go through the Python decoder (dead
-    letters, side records and their events exactly as there, the events then staged natively)."""
+    letters, side records and their events exactly as there, the events then staged natively).
+    With ``progress`` (streaming): every row's offset goes to the tracker, the declined rows'
+    events and transaction END rows as on the Python path; the native events' progress is
+    tracked by ``spark_decoder`` (``track_progress``/``take_progress``)."""
     import numpy as np
     import pyarrow as pa
 
     if not batch.num_rows:
-        return [_decode_batch(batch, decoder, buckets, heartbeats=heartbeats)]
+        return [_decode_batch(batch, decoder, buckets, heartbeats=heartbeats, progress=progress)]
+    if progress is not None:
+        _record_offsets(batch, progress)
     try:
         staged, declined, (records, tombstones), clock = spark_decoder.decode(
             _native_columns(batch), buckets)
@@ -299,7 +306,32 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
     if declined:
         encode = functools.partial(_wire, spark_decoder, buckets)
         out.append(_decode_batch(batch.take(pa.array(declined, pa.uint32())), decoder, buckets,
-                                 heartbeats=heartbeats, encode=encode))
+                                 heartbeats=heartbeats, progress=progress, encode=encode))
+    return out
+
+
+def _record_offsets(batch: Any, progress: ProgressTracker) -> None:
+    """The highest offset read per partition in ``batch`` (any record)."""
+    import pyarrow as pa
+
+    read = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])]) \
+        .group_by(["topic", "partition"]).aggregate([("offset", "max")]).to_pydict()
+    for topic, partition, offset in zip(read["topic"], read["partition"], read["offset_max"],
+                                        strict=True):
+        progress.record(topic, partition, offset)
+
+
+def _merged_marks(progress: ProgressTracker, native_marks: list[tuple[Any, ...]]
+                  ) -> list[tuple[str, int, PartitionMark]]:
+    """The marks of a task whose events were decoded by both decoders: the Python tracker's
+    (every offset, the declined rows' events) merged with the native decoder's."""
+    theirs = {(t, p): PartitionMark(commit, None if position is None else tuple(position),
+                                    tuple(at), offset)
+              for t, p, commit, position, at, offset in native_marks}
+    out = []
+    for topic, partition, mark in progress.marks():
+        other = theirs.get((topic, partition))
+        out.append((topic, partition, mark if other is None else mark.merged(other)))
     return out
 
 
@@ -417,11 +449,7 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
         commit_ms.append(ms)
         types.append(_event_columns(event, catalog, type_cache) if catalog is not None else None)
     if progress is not None and len(values):
-        read = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])]) \
-            .group_by(["topic", "partition"]).aggregate([("offset", "max")]).to_pydict()
-        for topic, partition, offset in zip(read["topic"], read["partition"], read["offset_max"],
-                                            strict=True):
-            progress.record(topic, partition, offset)
+        _record_offsets(batch, progress)
     n = len(bucket)
     zeros = [0] * n
     counts = (len(values), tombstones, side, skipped, dead)
@@ -456,11 +484,11 @@ def _tx_end_row(side: SideRecord, buckets: int, stamp: int | None
     return (zlib.crc32(commit) % buckets, ms, _tx_encoder.encode((commit, side.event_count)))
 
 
-def _progress_batch(progress: ProgressTracker, buckets: int) -> Any:
+def _progress_batch(marks: list[tuple[str, int, PartitionMark]], buckets: int) -> Any:
     """The marks of the partitions one task read, one copy per bucket."""
     import pyarrow as pa
 
-    data = marks_bytes(progress.marks())
+    data = marks_bytes(marks)
     n = buckets
     columns = {"bucket": list(range(buckets)), "kind": [PROGRESS_ROW] * n,
                "commit_ms": [None] * n, "clock": pa.nulls(n, pa.timestamp("us", tz="UTC")),
@@ -918,15 +946,16 @@ def decode_task(config: TranslateConfig, *, streaming: bool, native: bool
         decoder, catalog = _decoder(spec)
         if on_native and streaming:
             spark_decoder = _spark_decoder(spec, decoder)
+            spark_decoder.track_progress()
             tracker = ProgressTracker()
-            encode = functools.partial(_wire, spark_decoder, buckets)
             for batch in batches:
                 with _collector_paused():
-                    staged = _decode_batch(batch, decoder, buckets, None, heartbeats, tracker,
-                                           encode)
-                yield staged
-            if tracker.marks():
-                yield _progress_batch(tracker, buckets)
+                    staged = _decode_batch_native(batch, spark_decoder, decoder, buckets,
+                                                  heartbeats, tracker)
+                yield from staged
+            marks = _merged_marks(tracker, spark_decoder.take_progress())
+            if marks:
+                yield _progress_batch(marks, buckets)
             return
         if on_native:
             spark_decoder = _spark_decoder(spec, decoder)
@@ -942,6 +971,6 @@ def decode_task(config: TranslateConfig, *, streaming: bool, native: bool
                 staged = _decode_batch(batch, decoder, buckets, catalog, heartbeats, progress)
             yield staged
         if progress is not None and progress.marks():
-            yield _progress_batch(progress, buckets)
+            yield _progress_batch(progress.marks(), buckets)
 
     return decode

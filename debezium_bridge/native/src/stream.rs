@@ -44,6 +44,31 @@ pub struct Mark {
 }
 
 impl Mark {
+    /// `ProgressTracker.event`: a decoded event read from this partition (`streamed`: not an
+    /// initial snapshot row, whose position is not ordered).
+    pub fn note(&mut self, e: &Event, streamed: bool) {
+        let sk = sort_key(e);
+        self.commit = self.commit.max(sk.0);
+        if !streamed {
+            return;
+        }
+        let mut local = Vec::with_capacity(1 + e.key_bytes().len());
+        local.push(e.op);
+        local.extend_from_slice(e.key_bytes());
+        match self.position {
+            Some(p) if sk < p => {}
+            Some(p) if sk == p => {
+                if !self.at.contains(&local) {
+                    self.at.push(local);
+                }
+            }
+            _ => {
+                self.position = Some(sk);
+                self.at = vec![local];
+            }
+        }
+    }
+
     /// `PartitionMark.merged`.
     pub fn merged(&self, other: &Mark) -> Mark {
         let (position, at) = if self.position == other.position {

@@ -69,6 +69,9 @@ fn caught<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 pub struct SparkDecoder {
     inner: NativeCore,
     topic_names: hashbrown::HashMap<u32, Arc<str>>,
+    /// Streaming: the progress of every partition from the events decoded here
+    /// (`windowed.ProgressTracker.event`), per (topic id, partition).
+    progress: Option<hashbrown::HashMap<(u32, i32), crate::stream::Mark>>,
 }
 
 /// Staged rows of the native events, rows declined, `(records, tombstones)`, the clock.
@@ -106,6 +109,7 @@ impl SparkDecoder {
         Ok(SparkDecoder {
             inner,
             topic_names: Default::default(),
+            progress: None,
         })
     }
 
@@ -247,6 +251,16 @@ impl SparkDecoder {
                 continue;
             };
             records += 1;
+            if let Some(progress) = self.progress.as_mut() {
+                let mark =
+                    progress
+                        .entry((topic_id, partition))
+                        .or_insert_with(|| crate::stream::Mark {
+                            offset: -1,
+                            ..Default::default()
+                        });
+                mark.note(&event, !event.is_snapshot_identity(incremental));
+            }
             let ms = event.source_ts_ms.unwrap_or(stamp.unwrap_or(0));
             clock = Some(clock.map_or(ms, |c| c.max(ms)));
             let name = self.topic_name(topic_id);
@@ -301,6 +315,35 @@ impl SparkDecoder {
         let mut buf = Vec::with_capacity(1024);
         wire::write(&mut buf, &e, &name, timestamp, interner);
         Ok((bucket, PyBytes::new(py, &buf)))
+    }
+
+    /// Track the progress of the partitions (streaming; see [`SparkDecoder::take_progress`]).
+    fn track_progress(&mut self) {
+        self.progress = Some(Default::default());
+    }
+
+    /// The progress tracked since the last call, from the events decoded here (offsets are
+    /// the caller's: `-1`), as `StreamRelease.observe` takes it; tracking goes on.
+    fn take_progress(&mut self) -> Vec<MarkTuple> {
+        let Some(progress) = self.progress.as_mut() else {
+            return Vec::new();
+        };
+        let lsn = crate::core::lsn_bytes;
+        let mut out: Vec<MarkTuple> = std::mem::take(progress)
+            .into_iter()
+            .map(|((topic, partition), m)| {
+                (
+                    self.inner.core.topics[topic as usize].to_string(),
+                    partition,
+                    lsn(m.commit),
+                    m.position.map(|(a, b, s)| (lsn(a), lsn(b), s)),
+                    m.at,
+                    m.offset,
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
     }
 
     /// Records the native decoder declined so far (read by the Python decoder).
