@@ -27,14 +27,20 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
    (``debezium_bridge_decode``, ``debezium_bridge_release``). A batch DataFrame is the whole
    input: everything is released.
 
-**Cores.** On a batch DataFrame whose outputs need no SQL column types, both steps run on the
-native core (:func:`native_translate`; ``TranslateConfig.native``, ``DEBEZIUM_BRIDGE_NATIVE``):
-the decode step hands each Arrow batch's Kafka columns to ``SparkDecoder`` in one call (rows it
-declines go through the Python decoder as above) and stages events in the native core's own
-form; the release step hands each bucket's events to ``release_batch``, which applies the
-rules of :class:`~debezium_bridge.core.windowed.WindowState` for a whole input and writes the
-output rows as one Arrow batch (``canonical``; other formats through the output layer from its
-canonical records). Streaming DataFrames and typed outputs run the Python steps.
+**Cores.** On a DataFrame (batch or streaming) whose outputs need no SQL column types, both
+steps run on the native core (:func:`native_translate`; ``TranslateConfig.native``,
+``DEBEZIUM_BRIDGE_NATIVE``): the decode step hands each Arrow batch's Kafka columns to
+``SparkDecoder`` in one call (rows it declines go through the Python decoder as above) and
+stages events in the native core's own form; streaming, it also tracks each partition's progress
+(merged with the Python tracker's offsets and declined rows). The release step hands each
+bucket's events to ``release_batch`` (batch: the rules of
+:class:`~debezium_bridge.core.windowed.WindowState` for a whole input) or to ``StreamRelease``
+(streaming: all of its rules, its state as bytes in Spark's state store), which write the output
+rows as one Arrow batch (``canonical``; other formats through the output layer from its
+canonical records). Typed outputs run the Python steps. A streaming checkpoint written by the
+Python steps is taken over by the native ones (its waiting events, marks and transaction
+records); one written by the native steps stops the Python steps with an error naming
+``translate.native``.
 
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
 ``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
@@ -153,8 +159,8 @@ class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     """Merge the delete + create halves of a primary-key change into one update."""
     native: NativeMode = "auto"
     """The translation core of ``translate``: ``auto`` = the native (Rust) core where the
-    extension is built and the job is one it covers (a batch DataFrame without ``ces``,
-    ``ces-avro`` or ``debezium`` output; ``canonical`` rows are written natively, other
+    extension is built and the job is one it covers (a DataFrame, batch or streaming, without
+    ``ces``, ``ces-avro`` or ``debezium`` output; ``canonical`` rows are written natively, other
     formats through the output layer), else the Python reference;
     ``on`` = native where it covers the job, an error if the extension is not built; ``off`` =
     the Python reference. ``DEBEZIUM_BRIDGE_NATIVE=0`` forces the Python reference."""
@@ -870,11 +876,11 @@ def _native_output_direct(config: TranslateConfig) -> bool:
 def native_translate(df: Any, config: TranslateConfig | None = None) -> bool:
     """Whether :func:`translate` runs ``df`` with ``config`` on the native core: where the
     extension is built and allowed (``config.native``, ``DEBEZIUM_BRIDGE_NATIVE``) and the
-    job is one it covers: a batch DataFrame whose outputs need no SQL column types (``ces``,
-    ``ces-avro`` and ``debezium`` do). Everything else runs the Python reference. Output rows
-    are written natively for ``canonical`` alone (no ``output_topic`` template, no
-    ``output_tombstones``); other formats go through the output layer from the native
-    canonical records."""
+    job is one it covers: a DataFrame (batch or streaming) whose outputs need no SQL column
+    types (``ces``, ``ces-avro`` and ``debezium`` do). Everything else runs the Python
+    reference. Output rows are written natively for ``canonical`` alone (no ``output_topic``
+    template, no ``output_tombstones``); other formats go through the output layer from the
+    native canonical records."""
     config = config or TranslateConfig()
     if not native.use_native(config.native):
         return False

@@ -1,0 +1,110 @@
+//! The streaming window's state bytes (`stream.rs`) on arbitrary and mutated input: loading
+//! never panics (bad bytes are an error, which the extension maps to a Python exception), and a
+//! window loaded from whatever could be read still takes events, releases and dumps without a
+//! panic.
+
+use _native::decode::{Decoder, Input, Interner};
+use _native::schema::{BinaryMode, Options};
+use _native::stream::{StreamWindow, Topology};
+use _native::wire;
+use proptest::prelude::*;
+
+fn staged(op: &str, id: i64, serial: i64) -> Vec<u8> {
+    let before = if op == "c" {
+        "null".to_string()
+    } else {
+        format!("{{\"id\":{id},\"v\":\"b\"}}")
+    };
+    let after = if op == "d" {
+        "null".to_string()
+    } else {
+        format!("{{\"id\":{id},\"v\":\"a\"}}")
+    };
+    let value = format!(
+        "{{\"before\":{before},\"after\":{after},\"source\":{{\"version\":\"2.5.0.Final\",\
+         \"connector\":\"sqlserver\",\"name\":\"srv\",\"ts_ms\":1700000000000,\
+         \"snapshot\":\"false\",\"db\":\"db\",\"schema\":\"dbo\",\"table\":\"t\",\
+         \"change_lsn\":\"0000002a:00000100:0001\",\"commit_lsn\":\"0000002a:00000100:0001\",\
+         \"event_serial_no\":{serial}}},\"op\":\"{op}\",\"ts_ms\":1700000000001,\"transaction\":null}}"
+    );
+    let key = format!("{{\"id\":{id}}}");
+    let mut decoder = Decoder::new(Options::new(
+        "__debezium_unavailable_value",
+        BinaryMode::Bytes,
+    ));
+    let mut interner = Interner::default();
+    let input = Input {
+        topic: "srv.db.dbo.t",
+        topic_id: 0,
+        partition: 1,
+        offset: Some(7),
+        tp: 0,
+        key: Some(key.as_bytes()),
+        value: value.as_bytes(),
+        has_headers: false,
+        newkey: None,
+        oldkey: None,
+    };
+    let event = decoder
+        .decode(&input, &mut interner)
+        .expect("a valid envelope");
+    let mut out = Vec::new();
+    wire::write(&mut out, &event, "srv.db.dbo.t", Some(1), &interner);
+    out
+}
+
+/// A state holding two waiting deletes (one position group: no pair).
+fn state() -> Vec<u8> {
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.push(&staged("d", 1, 1), 5).expect("read");
+    w.push(&staged("d", 2, 3), 5).expect("read");
+    w.add(0);
+    w.release(0);
+    w.dump()
+}
+
+fn exercise(w: &mut StreamWindow) {
+    let _ = w.push(&staged("c", 2, 2), 5);
+    w.add(0);
+    w.release(i64::MAX);
+    let _ = w.dump();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_state_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let mut w = StreamWindow::new(true, Topology::default());
+        let mut prefixed = b"DBNW\x01".to_vec();
+        prefixed.extend_from_slice(&data);
+        for bytes in [&data, &prefixed] {
+            if w.load(bytes).is_ok() {
+                exercise(&mut w);
+            }
+            w = StreamWindow::new(true, Topology::default());
+        }
+    }
+
+    #[test]
+    fn mutated_states_never_panic(ops in proptest::collection::vec((any::<u8>(), 0usize..2000), 1..4)) {
+        let mut data = state();
+        for (byte, at) in ops {
+            let at = at % data.len();
+            data[at] = byte;
+        }
+        let mut w = StreamWindow::new(true, Topology::default());
+        if w.load(&data).is_ok() {
+            exercise(&mut w);
+        }
+    }
+}
+
+#[test]
+fn a_state_reads_back_as_written() {
+    let data = state();
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.load(&data).expect("its own state");
+    assert_eq!(w.waiting_events(), 2);
+    assert_eq!(w.dump(), data);
+}
