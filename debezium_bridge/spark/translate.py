@@ -756,8 +756,7 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
             out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
         except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
             raise BridgeError(f"native release step: {exc}") from exc
-        *counts, by_watermark = counts
-        return _native_rows(out, (*counts, 0, 0, 0, by_watermark), mismatches, encoder, direct)
+        return _native_rows(out, counts, mismatches, encoder, direct)
 
     return release
 

@@ -17,10 +17,11 @@
 //! seen-event count of commits with groups, the transaction END records not yet matched. Its
 //! bytes start with [`MAGIC`], which no msgpack state of the Python reference starts with.
 
-use crate::core::{image_digest, lsn_key_of, sort_key, Config, Core, LsnKey, SortKey, TOP};
+use crate::core::{image_digest, lsn_key_of, sort_key, Core, LsnKey, SortKey, TOP};
 use crate::event::Event;
 use crate::window::{
-    complete_pair, group_key, identity, key_hash, mismatch_of, Counts, GroupKey, Mismatch,
+    arrival_order, complete_pair, group_key, identity, key_hash, repeated, window_core, Counts,
+    GroupKey, Mismatch,
 };
 use crate::wire::{self, put_bytes, put_i64, put_u32, BadWire, Cursor};
 use std::collections::{BTreeMap, BTreeSet};
@@ -148,12 +149,7 @@ pub struct StreamWindow {
 
 impl StreamWindow {
     pub fn new(pair_key_changes: bool, topology: Topology) -> Self {
-        let mut core = Core::new(Config {
-            pair_key_changes,
-            max_pending: i64::MAX,
-            dedupe_capacity: 0,
-        });
-        let incremental = core.interner.snapshot("incremental");
+        let (core, incremental) = window_core(pair_key_changes);
         StreamWindow {
             core,
             reader: wire::Reader::default(),
@@ -231,21 +227,10 @@ impl StreamWindow {
     /// Kafka coordinates), against the marks of earlier calls and the groups.
     pub fn add(&mut self, watermark_ms: i64) {
         let items = std::mem::take(&mut self.items);
-        let mut order: Vec<(SortKey, Arc<str>, i32, i64, usize)> = items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| {
-                let o = &it.event.origin;
-                (
-                    sort_key(&it.event),
-                    self.topic_of(&it.event),
-                    o.partition,
-                    o.offset.unwrap_or(-1),
-                    i,
-                )
-            })
-            .collect();
-        order.sort_unstable();
+        let topics = &self.core.topics;
+        let order = arrival_order(items.iter().map(|it| &it.event), |t| {
+            topics[t as usize].clone()
+        });
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let pair = self.core.config.pair_key_changes;
         let check_marks = !self.marks.is_empty();
@@ -285,13 +270,15 @@ impl StreamWindow {
                 continue;
             };
             if let Some(&(_, first)) = group.seen.iter().find(|s| s.0 == id) {
-                if first.is_some_and(|d| d != digest) {
-                    self.counts.replay_mismatches += 1;
-                    let m = mismatch_of(&self.core, &e, item.timestamp);
-                    self.mismatches.push(m);
-                } else {
-                    self.counts.duplicates += 1;
-                }
+                let same = first.is_none_or(|d| d == digest);
+                repeated(
+                    &self.core,
+                    &mut self.counts,
+                    &mut self.mismatches,
+                    &e,
+                    item.timestamp,
+                    same,
+                );
                 continue;
             }
             group.seen.push((id, Some(digest)));
@@ -567,7 +554,7 @@ impl StreamWindow {
             let snapshot = c.u8()?;
             let local = u128_of(&mut c)?;
             let commit_ms = c.i64()?;
-            let topic: Arc<str> = c.str()?.into();
+            let topic = c.str()?;
             let seen_n = c.u32()?;
             let mut seen = Vec::with_capacity((seen_n as usize).min(4096));
             for _ in 0..seen_n {
@@ -582,18 +569,14 @@ impl StreamWindow {
                 waiting.push(self.read(bytes)?.0);
                 raw.push(bytes.to_vec());
             }
-            let id = self.core.topic(&topic) as usize;
-            let topic = self.core.topics[id].clone();
-            self.groups.insert(
-                (table_id, commit, snapshot, local),
-                Group {
-                    commit_ms,
-                    seen,
-                    waiting,
-                    raw,
-                    topic,
-                },
-            );
+            let group = Group {
+                commit_ms,
+                seen,
+                waiting,
+                raw,
+                topic: topic.into(),
+            };
+            self.insert_group((table_id, commit, snapshot, local), group, topic);
         }
         let n = c.u32()?;
         for _ in 0..n {
@@ -687,19 +670,22 @@ impl StreamWindow {
                 (id, digests.get(&id).copied())
             })
             .collect();
-        let id = self.core.topic(g.topic) as usize;
-        let topic = self.core.topics[id].clone();
-        self.groups.insert(
-            key,
-            Group {
-                commit_ms: g.commit_ms,
-                seen,
-                waiting,
-                raw,
-                topic,
-            },
-        );
+        let group = Group {
+            commit_ms: g.commit_ms,
+            seen,
+            waiting,
+            raw,
+            topic: g.topic.into(),
+        };
+        self.insert_group(key, group, g.topic);
         Ok(())
+    }
+
+    /// Keep `group` under `key`, its topic interned by the core.
+    fn insert_group(&mut self, key: GroupKey, mut group: Group, topic: &str) {
+        let id = self.core.topic(topic) as usize;
+        group.topic = self.core.topics[id].clone();
+        self.groups.insert(key, group);
     }
 
     /// Take over a partition mark of a state the Python reference wrote.

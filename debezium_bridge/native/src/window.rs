@@ -134,6 +134,30 @@ pub fn sorted_lines(core: &Core) -> Vec<usize> {
     order
 }
 
+/// The indexes of `events` in `_arrival_order`: position order; copies of one event (replays)
+/// by their Kafka coordinates (`topic` ranks a topic id as its name sorts), so the same copy
+/// is kept whichever order a shuffle delivered them in.
+pub(crate) fn arrival_order<'a, T: Ord>(
+    events: impl Iterator<Item = &'a Event>,
+    topic: impl Fn(u32) -> T,
+) -> Vec<(SortKey, T, i32, i64, usize)> {
+    let mut order: Vec<_> = events
+        .enumerate()
+        .map(|(i, e)| {
+            let o = &e.origin;
+            (
+                sort_key(e),
+                topic(o.topic),
+                o.partition,
+                o.offset.unwrap_or(-1),
+                i,
+            )
+        })
+        .collect();
+    order.sort_unstable();
+    order
+}
+
 /// A 128-bit hash of `data` (fixed seeds: the same in every process).
 pub(crate) fn key_hash(seed: u64, data: &[u8]) -> u128 {
     let mut a = hasher(seed << 1);
@@ -153,14 +177,69 @@ pub struct BatchWindow {
     incremental: u32,
 }
 
+/// The emitter of a release step (no pressure release, no dedupe memory: the windows keep
+/// their own) and the interned id of the `incremental` snapshot marker.
+pub(crate) fn window_core(pair_key_changes: bool) -> (Core, u32) {
+    let mut core = Core::new(Config {
+        pair_key_changes,
+        max_pending: i64::MAX,
+        dedupe_capacity: 0,
+    });
+    let incremental = core.interner.snapshot("incremental");
+    (core, incremental)
+}
+
+impl Counts {
+    /// changes_out, merged, duplicates, replay_mismatches, late, pending, released by
+    /// position, transaction, end, watermark (`spark.translate.RELEASE_COUNTERS` order).
+    pub fn as_tuple(&self) -> (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) {
+        (
+            self.changes_out,
+            self.merged,
+            self.duplicates,
+            self.replay_mismatches,
+            self.late,
+            self.pending,
+            self.released_by_position,
+            self.released_by_transaction,
+            self.released_by_end,
+            self.released_by_watermark,
+        )
+    }
+}
+
+/// A copy of an identity seen before in its group: a duplicate when its images are those of
+/// the first copy (`same`), else a replay mismatch (its dead letter's record kept).
+pub(crate) fn repeated(
+    core: &Core,
+    counts: &mut Counts,
+    mismatches: &mut Vec<Mismatch>,
+    e: &Event,
+    timestamp: Option<i64>,
+    same: bool,
+) {
+    if same {
+        counts.duplicates += 1;
+    } else {
+        counts.replay_mismatches += 1;
+        mismatches.push(mismatch_of(core, e, timestamp));
+    }
+}
+
 impl BatchWindow {
+    fn repeated(&mut self, e: &Event, timestamp: Option<i64>, same: bool) {
+        repeated(
+            &self.core,
+            &mut self.counts,
+            &mut self.mismatches,
+            e,
+            timestamp,
+            same,
+        );
+    }
+
     pub fn new(pair_key_changes: bool) -> Self {
-        let mut core = Core::new(Config {
-            pair_key_changes,
-            max_pending: i64::MAX,
-            dedupe_capacity: 0,
-        });
-        let incremental = core.interner.snapshot("incremental");
+        let (core, incremental) = window_core(pair_key_changes);
         BatchWindow {
             core,
             reader: wire::Reader::default(),
@@ -199,22 +278,7 @@ impl BatchWindow {
                 topic_rank[t as usize] = rank as u32;
             }
         }
-        type Order = (SortKey, u32, i32, i64, usize);
-        let mut order: Vec<Order> = items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| {
-                let o = &it.event.origin;
-                (
-                    sort_key(&it.event),
-                    topic_rank[o.topic as usize],
-                    o.partition,
-                    o.offset.unwrap_or(-1),
-                    i,
-                )
-            })
-            .collect();
-        order.sort_unstable();
+        let order = arrival_order(items.iter().map(|it| &it.event), |t| topic_rank[t as usize]);
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let pair = self.core.config.pair_key_changes;
         // identity (group, serial, op, key) -> image digest of its first copy
@@ -240,13 +304,8 @@ impl BatchWindow {
             let digest = image_digest(&e);
             match seen.entry(identity) {
                 hashbrown::hash_map::Entry::Occupied(first) => {
-                    if *first.get() != digest {
-                        self.counts.replay_mismatches += 1;
-                        let m = mismatch_of(&self.core, &e, item.timestamp);
-                        self.mismatches.push(m);
-                    } else {
-                        self.counts.duplicates += 1;
-                    }
+                    let same = *first.get() == digest;
+                    self.repeated(&e, item.timestamp, same);
                     continue;
                 }
                 hashbrown::hash_map::Entry::Vacant(slot) => {

@@ -353,9 +353,6 @@ impl SparkDecoder {
     }
 }
 
-/// Counters of one release: changes_out, merged, duplicates, replay_mismatches, late,
-/// pending, released by watermark.
-type Counts = (i64, i64, i64, i64, i64, i64, i64);
 /// A replay mismatch: topic, partition, offset, timestamp, table_id, seq, op, key, before,
 /// after, unavailable.
 type MismatchTuple = (
@@ -372,6 +369,29 @@ type MismatchTuple = (
     Vec<String>,
 );
 
+/// Each staged event of the `payloads` (binary) and `commit_ms` (int64, null: 0) arrays.
+fn staged_events(
+    payloads: &ArrayRef,
+    commit_ms: &ArrayRef,
+    mut take: impl FnMut(&[u8], i64) -> Result<(), wire::BadWire>,
+) -> PyResult<()> {
+    let payloads = payloads
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| bad("payload: binary"))?;
+    let stamps = commit_ms
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| bad("commit_ms: int64"))?;
+    for i in 0..payloads.len() {
+        let ms = if stamps.is_null(i) {
+            0
+        } else {
+            stamps.value(i)
+        };
+        take(payloads.value(i), ms).map_err(|_| bad("a staged event that cannot be read"))?;
+    }
+    Ok(())
+}
+
 /// The release step of a batch DataFrame for one bucket: `payloads` (binary) and `commit_ms`
 /// (int64) arrays of its staged events. Returns the output rows (canonical format) as one
 /// Arrow batch, the counters and the replay mismatches (their dead letters are written by the
@@ -381,59 +401,16 @@ pub fn release_batch(
     payloads: &Bound<'_, PyAny>,
     commit_ms: &Bound<'_, PyAny>,
     pair_key_changes: bool,
-) -> PyResult<(ArrowBatch, Counts, Vec<MismatchTuple>)> {
+) -> PyResult<(ArrowBatch, StreamCounts, Vec<MismatchTuple>)> {
     let payloads = import(payloads)?;
     let commit_ms = import(commit_ms)?;
     caught(|| {
-        let payloads = payloads
-            .as_binary_opt::<i32>()
-            .ok_or_else(|| bad("payload: binary"))?;
-        let stamps = commit_ms
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| bad("commit_ms: int64"))?;
         let mut window = BatchWindow::new(pair_key_changes);
-        for i in 0..payloads.len() {
-            let ms = if stamps.is_null(i) {
-                0
-            } else {
-                stamps.value(i)
-            };
-            window
-                .push(payloads.value(i), ms)
-                .map_err(|_| bad("a staged event that cannot be read"))?;
-        }
+        staged_events(&payloads, &commit_ms, |data, ms| window.push(data, ms))?;
         window.release_all();
         let batch = output_rows(&window.core)?;
-        let c = &window.counts;
-        let counts = (
-            c.changes_out,
-            c.merged,
-            c.duplicates,
-            c.replay_mismatches,
-            c.late,
-            c.pending,
-            c.released_by_watermark,
-        );
-        let mismatches = window
-            .mismatches
-            .drain(..)
-            .map(|m| {
-                (
-                    m.topic,
-                    m.partition,
-                    m.offset,
-                    m.timestamp,
-                    m.table_id,
-                    m.seq,
-                    (m.op as char).to_string(),
-                    m.key,
-                    m.before,
-                    m.after,
-                    m.unavailable,
-                )
-            })
-            .collect();
-        Ok((batch, counts, mismatches))
+        let counts = window.counts.as_tuple();
+        Ok((batch, counts, mismatch_tuples(&mut window.mismatches)))
     })
 }
 
@@ -500,8 +477,8 @@ fn marks_of(marks: Vec<MarkTuple>) -> PyResult<Vec<(String, i32, crate::stream::
     Ok(out)
 }
 
-/// Counters of one streaming release: changes_out, merged, duplicates, replay_mismatches,
-/// late, pending, released by position, transaction, end, watermark.
+/// Counters of one release: changes_out, merged, duplicates, replay_mismatches, late,
+/// pending, released by position, transaction, end, watermark.
 type StreamCounts = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
 
 fn bad_state(_: wire::BadWire) -> PyErr {
@@ -518,19 +495,7 @@ pub struct StreamRelease {
 
 impl StreamRelease {
     fn counts(&self) -> StreamCounts {
-        let c = &self.window.counts;
-        (
-            c.changes_out,
-            c.merged,
-            c.duplicates,
-            c.replay_mismatches,
-            c.late,
-            c.pending,
-            c.released_by_position,
-            c.released_by_transaction,
-            c.released_by_end,
-            c.released_by_watermark,
-        )
+        self.window.counts.as_tuple()
     }
 }
 
@@ -629,25 +594,7 @@ impl StreamRelease {
     fn push(&mut self, payloads: &Bound<'_, PyAny>, commit_ms: &Bound<'_, PyAny>) -> PyResult<()> {
         let payloads = import(payloads)?;
         let commit_ms = import(commit_ms)?;
-        caught(|| {
-            let payloads = payloads
-                .as_binary_opt::<i32>()
-                .ok_or_else(|| bad("payload: binary"))?;
-            let stamps = commit_ms
-                .as_primitive_opt::<Int64Type>()
-                .ok_or_else(|| bad("commit_ms: int64"))?;
-            for i in 0..payloads.len() {
-                let ms = if stamps.is_null(i) {
-                    0
-                } else {
-                    stamps.value(i)
-                };
-                self.window
-                    .push(payloads.value(i), ms)
-                    .map_err(|_| bad("a staged event that cannot be read"))?;
-            }
-            Ok(())
-        })
+        caught(|| staged_events(&payloads, &commit_ms, |data, ms| self.window.push(data, ms)))
     }
 
     /// Staged events one by one (the Python window API: events staged by `SparkDecoder.wire`).
