@@ -248,9 +248,10 @@ class WindowState:
             if bytes(stored[:len(NATIVE_STATE_MAGIC)]) == NATIVE_STATE_MAGIC:
                 raise BridgeError(
                     "this state was written by the native translation core, and the Python "
-                    "core cannot read it: run the query with translate.native: auto or on (and "
-                    "without DEBEZIUM_BRIDGE_NATIVE=0) to keep its checkpoint, or start from a "
-                    "new checkpoint")
+                    "core cannot read it: run the query with translate.native: auto or on "
+                    "(without DEBEZIUM_BRIDGE_NATIVE=0, and outputs the native core covers: not "
+                    "ces, ces-avro or debezium) to keep its checkpoint, or start from a new "
+                    "checkpoint")
             data = _decoder.decode(stored)
             self._groups = {tuple(k): g for k, g in zip(data.keys, data.groups, strict=True)}  # type: ignore[misc]
             self._marks = {(t, p): m for (t, p), m in zip(data.mark_keys, data.marks,

@@ -859,8 +859,9 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
         timeout = window.next_timeout_ms()
         if timeout is not None:
             state.setTimeoutTimestamp(max(timeout, watermark))
-        table = _native_rows(out, counts, mismatches, encoder, direct)
-        yield _pandas([column.to_pylist() for column in table.columns])
+        # Arrow to pandas column by column (no row objects); nullable integers stay integers
+        yield _native_rows(out, counts, mismatches, encoder, direct).to_pandas(
+            integer_object_nulls=True)
 
     return release
 
