@@ -50,7 +50,7 @@ import msgspec
 from debezium_bridge.core.counters import Counters
 from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.core.translator import Translator, image_bytes, image_digest
-from debezium_bridge.errors import ReplayMismatchError
+from debezium_bridge.errors import BridgeError, ReplayMismatchError
 from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SortKey, TableRef, seq_of
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
@@ -59,6 +59,9 @@ GroupKey = tuple[str, bytes, bytes]
 TopicPartition = tuple[str, int]
 _TOP = b"\xff" * 11
 """Above every LSN (10 bytes): the position watermark of a topic whose partitions all ended."""
+NATIVE_STATE_MAGIC = b"DBNW"
+"""The first bytes of a state written by the native window (``core.windowed_native``); no
+state of this class starts with them (msgpack arrays start with 0x9X or 0xdc/0xdd)."""
 RELEASE_RULES = ("position", "transaction", "end", "watermark")
 """Why waiting events were released (counted per rule in :attr:`WindowState.released`)."""
 
@@ -242,6 +245,13 @@ class WindowState:
         """Streamed events seen per commit_lsn that still has groups (transaction rule)."""
         self._transactions: dict[bytes, _TxEnd] = {}
         if stored:
+            if bytes(stored[:len(NATIVE_STATE_MAGIC)]) == NATIVE_STATE_MAGIC:
+                raise BridgeError(
+                    "this state was written by the native translation core, and the Python "
+                    "core cannot read it: run the query with translate.native: auto or on "
+                    "(without DEBEZIUM_BRIDGE_NATIVE=0, and outputs the native core covers: not "
+                    "ces, ces-avro or debezium) to keep its checkpoint, or start from a new "
+                    "checkpoint")
             data = _decoder.decode(stored)
             self._groups = {tuple(k): g for k, g in zip(data.keys, data.groups, strict=True)}  # type: ignore[misc]
             self._marks = {(t, p): m for (t, p), m in zip(data.mark_keys, data.marks,
@@ -464,6 +474,19 @@ class WindowState:
 
     def __len__(self) -> int:
         return len(self._groups)
+
+    def transactions(self) -> int:
+        """How many transaction END records the state keeps."""
+        return len(self._transactions)
+
+    def contents(self) -> tuple[dict[GroupKey, _Group], dict[TopicPartition, PartitionMark],
+                                dict[bytes, int], dict[bytes, tuple[int, int]]]:
+        """The state (after the last :meth:`release`): groups, partition marks, seen-event
+        counts per commit, transaction END records (event_count, ms) — what the native window
+        takes over from a checkpoint this class wrote."""
+        self._apply_progress()
+        return (dict(self._groups), dict(self._marks), dict(self._commits),
+                {c: (tx.event_count, tx.ms) for c, tx in self._transactions.items()})
 
     def dump(self) -> bytes:
         self._apply_progress()

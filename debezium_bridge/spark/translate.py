@@ -27,14 +27,20 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
    (``debezium_bridge_decode``, ``debezium_bridge_release``). A batch DataFrame is the whole
    input: everything is released.
 
-**Cores.** On a batch DataFrame whose outputs need no SQL column types, both steps run on the
-native core (:func:`native_translate`; ``TranslateConfig.native``, ``DEBEZIUM_BRIDGE_NATIVE``):
-the decode step hands each Arrow batch's Kafka columns to ``SparkDecoder`` in one call (rows it
-declines go through the Python decoder as above) and stages events in the native core's own
-form; the release step hands each bucket's events to ``release_batch``, which applies the
-rules of :class:`~debezium_bridge.core.windowed.WindowState` for a whole input and writes the
-output rows as one Arrow batch (``canonical``; other formats through the output layer from its
-canonical records). Streaming DataFrames and typed outputs run the Python steps.
+**Cores.** On a DataFrame (batch or streaming) whose outputs need no SQL column types, both
+steps run on the native core (:func:`native_translate`; ``TranslateConfig.native``,
+``DEBEZIUM_BRIDGE_NATIVE``): the decode step hands each Arrow batch's Kafka columns to
+``SparkDecoder`` in one call (rows it declines go through the Python decoder as above) and
+stages events in the native core's own form; streaming, it also tracks each partition's progress
+(merged with the Python tracker's offsets and declined rows). The release step hands each
+bucket's events to ``release_batch`` (batch: the rules of
+:class:`~debezium_bridge.core.windowed.WindowState` for a whole input) or to ``StreamRelease``
+(streaming: all of its rules, its state as bytes in Spark's state store), which write the output
+rows as one Arrow batch (``canonical``; other formats through the output layer from its
+canonical records). Typed outputs run the Python steps. A streaming checkpoint written by the
+Python steps is taken over by the native ones (its waiting events, marks and transaction
+records); one written by the native steps stops the Python steps with an error naming
+``translate.native``.
 
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
 ``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
@@ -62,6 +68,7 @@ from debezium_bridge.core import native
 from debezium_bridge.core.settings import NativeMode, TranslatorConfig, native_mode
 from debezium_bridge.core.windowed import (
     RELEASE_RULES,
+    PartitionMark,
     ProgressTracker,
     Topology,
     WindowState,
@@ -71,7 +78,14 @@ from debezium_bridge.core.windowed import (
     marks_bytes,
     marks_from_bytes,
 )
-from debezium_bridge.errors import BridgeError, LsnFormatError, ReplayMismatchError, ServiceError
+from debezium_bridge.core.windowed_native import (
+    adopt_reference_state,
+    is_native_state,
+    mark_tuples,
+    mismatch_letter,
+    topology_args,
+)
+from debezium_bridge.errors import BridgeError, LsnFormatError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
@@ -145,8 +159,8 @@ class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     """Merge the delete + create halves of a primary-key change into one update."""
     native: NativeMode = "auto"
     """The translation core of ``translate``: ``auto`` = the native (Rust) core where the
-    extension is built and the job is one it covers (a batch DataFrame without ``ces``,
-    ``ces-avro`` or ``debezium`` output; ``canonical`` rows are written natively, other
+    extension is built and the job is one it covers (a DataFrame, batch or streaming, without
+    ``ces``, ``ces-avro`` or ``debezium`` output; ``canonical`` rows are written natively, other
     formats through the output layer), else the Python reference;
     ``on`` = native where it covers the job, an error if the extension is not built; ``off`` =
     the Python reference. ``DEBEZIUM_BRIDGE_NATIVE=0`` forces the Python reference."""
@@ -258,15 +272,21 @@ def _native_columns(batch: Any) -> Any:
 
 
 def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, buckets: int,
-                         heartbeats: bool = False) -> list[Any]:
+                         heartbeats: bool = False, progress: ProgressTracker | None = None
+                         ) -> list[Any]:
     """:func:`_decode_batch` with the native decoder: the batch's Kafka columns in one call,
     events staged as native bytes; the rows it declines go through the Python decoder (dead
-    letters, side records and their events exactly as there, the events then staged natively)."""
+    letters, side records and their events exactly as there, the events then staged natively).
+    With ``progress`` (streaming): every row's offset goes to the tracker, the declined rows'
+    events and transaction END rows as on the Python path; the native events' progress is
+    tracked by ``spark_decoder`` (``track_progress``/``take_progress``)."""
     import numpy as np
     import pyarrow as pa
 
     if not batch.num_rows:
-        return [_decode_batch(batch, decoder, buckets, heartbeats=heartbeats)]
+        return [_decode_batch(batch, decoder, buckets, heartbeats=heartbeats, progress=progress)]
+    if progress is not None:
+        _record_offsets(batch, progress)
     try:
         staged, declined, (records, tombstones), clock = spark_decoder.decode(
             _native_columns(batch), buckets)
@@ -292,7 +312,32 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
     if declined:
         encode = functools.partial(_wire, spark_decoder, buckets)
         out.append(_decode_batch(batch.take(pa.array(declined, pa.uint32())), decoder, buckets,
-                                 heartbeats=heartbeats, encode=encode))
+                                 heartbeats=heartbeats, progress=progress, encode=encode))
+    return out
+
+
+def _record_offsets(batch: Any, progress: ProgressTracker) -> None:
+    """The highest offset read per partition in ``batch`` (any record)."""
+    import pyarrow as pa
+
+    read = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])]) \
+        .group_by(["topic", "partition"]).aggregate([("offset", "max")]).to_pydict()
+    for topic, partition, offset in zip(read["topic"], read["partition"], read["offset_max"],
+                                        strict=True):
+        progress.record(topic, partition, offset)
+
+
+def _merged_marks(progress: ProgressTracker, native_marks: list[tuple[Any, ...]]
+                  ) -> list[tuple[str, int, PartitionMark]]:
+    """The marks of a task whose events were decoded by both decoders: the Python tracker's
+    (every offset, the declined rows' events) merged with the native decoder's."""
+    theirs = {(t, p): PartitionMark(commit, None if position is None else tuple(position),
+                                    tuple(at), offset)
+              for t, p, commit, position, at, offset in native_marks}
+    out = []
+    for topic, partition, mark in progress.marks():
+        other = theirs.get((topic, partition))
+        out.append((topic, partition, mark if other is None else mark.merged(other)))
     return out
 
 
@@ -410,11 +455,7 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
         commit_ms.append(ms)
         types.append(_event_columns(event, catalog, type_cache) if catalog is not None else None)
     if progress is not None and len(values):
-        read = pa.Table.from_batches([batch.select(["topic", "partition", "offset"])]) \
-            .group_by(["topic", "partition"]).aggregate([("offset", "max")]).to_pydict()
-        for topic, partition, offset in zip(read["topic"], read["partition"], read["offset_max"],
-                                            strict=True):
-            progress.record(topic, partition, offset)
+        _record_offsets(batch, progress)
     n = len(bucket)
     zeros = [0] * n
     counts = (len(values), tombstones, side, skipped, dead)
@@ -449,11 +490,11 @@ def _tx_end_row(side: SideRecord, buckets: int, stamp: int | None
     return (zlib.crc32(commit) % buckets, ms, _tx_encoder.encode((commit, side.event_count)))
 
 
-def _progress_batch(progress: ProgressTracker, buckets: int) -> Any:
+def _progress_batch(marks: list[tuple[str, int, PartitionMark]], buckets: int) -> Any:
     """The marks of the partitions one task read, one copy per bucket."""
     import pyarrow as pa
 
-    data = marks_bytes(progress.marks())
+    data = marks_bytes(marks)
     n = buckets
     columns = {"bucket": list(range(buckets)), "kind": [PROGRESS_ROW] * n,
                "commit_ms": [None] * n, "clock": pa.nulls(n, pa.timestamp("us", tz="UTC")),
@@ -637,6 +678,7 @@ def _streaming_release(config: TranslateConfig, topology: Topology | None
             else:
                 watermark = state.getCurrentWatermarkMs()
                 stored, learned = state.get if state.exists else (None, None)
+                # a state the native core wrote raises BridgeError naming translate.native
                 window = WindowState(core, stored, topology)
                 encoder.learn_stored(learned)  # the column types of the events that waited
                 payloads = _split_frames(frames, window)
@@ -690,22 +732,6 @@ def _batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     return release
 
 
-_sorted_json = msgspec.json.Encoder(order="sorted").encode
-
-
-def _mismatch_letter(m: tuple[Any, ...]) -> DeadLetter:
-    """The dead letter of a replay mismatch the native release found, as
-    :meth:`~debezium_bridge.core.windowed.WindowState.drain_mismatches` writes it."""
-    (topic, partition, offset, stamp, table_id, seq, op, key, before, after, unavailable) = m
-    images = (None if before is None else msgspec.json.decode(before),
-              None if after is None else msgspec.json.decode(after), list(unavailable))
-    raw = RawRecord(topic, partition, offset, stamp, bytes(key), _sorted_json(images))
-    error = ReplayMismatchError(
-        f"{table_id} {seq} op {op!r}: same position, op and key as an event already seen, but "
-        "a different image (corruption or a different event, not a replay)")
-    return DeadLetter.of(error, raw)
-
-
 def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     """The release step of a batch DataFrame on the native core: a bucket's staged events in,
     its canonical output rows out as one Arrow table (replay mismatches and the counters row
@@ -715,8 +741,6 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     direct = _native_output_direct(config)
 
     def release(table: Any) -> Any:
-        import numpy as np
-        import pyarrow as pa
 
         leave_sigint_to_the_driver()
         bucket = table.column("bucket")[0].as_py()
@@ -732,25 +756,112 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
             out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
         except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
             raise BridgeError(f"native release step: {exc}") from exc
-        rows = pa.record_batch(out)
-        schema = _arrow_release_schema()
-        changes_out, merged, duplicates, mismatched, late, pending, by_watermark = counts
-        released = dict.fromkeys(RELEASE_RULES, 0) | {"watermark": by_watermark}
-        if direct:
-            zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
-            parts = [pa.Table.from_batches([pa.RecordBatch.from_arrays(
-                [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])]
-            extra = []
-        else:  # other formats, topics or tombstones: the output layer on the canonical records
+        return _native_rows(out, counts, mismatches, encoder, direct)
+
+    return release
+
+
+def _native_rows(out: Any, counts: Sequence[int], mismatches: list[Any], encoder: _Encoder,
+                 direct: bool) -> Any:
+    """The output rows of a native release (an Arrow batch of canonical rows) and its counters
+    (changes_out, merged, duplicates, replay_mismatches, late, pending, then released per
+    rule of :data:`RELEASE_RULES`) as one Arrow table of :data:`_RELEASE_SCHEMA`; other
+    formats, topics and tombstones through the output layer on the canonical records."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = pa.record_batch(out)
+    schema = _arrow_release_schema()
+    changes_out, merged, duplicates, mismatched, late, pending, *released = counts
+    if direct:
+        zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int64))
+        parts = [pa.Table.from_batches([pa.RecordBatch.from_arrays(
+            [*rows.columns, *([zeros] * len(RELEASE_COUNTERS))], schema=schema)])]
+        extra = []
+    else:  # other formats, topics or tombstones: the output layer on the canonical records
+        with _collector_paused():
+            records = native.decode_lines(b"\n".join(rows.column("value").to_pylist()))
+            extra = [row for record in records for row in encoder.change_rows(record)]
+        parts = []
+    extra += [encoder.dead_row(mismatch_letter(m)) for m in mismatches]
+    parts.append(_arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
+                                         pending, encoder.encode_errors, *released))))
+    return pa.concat_tables(parts)
+
+
+def _split_native_frames(frames: Iterator[Any]) -> tuple[list[bytes], list[int],
+                                                        list[tuple[Any, ...]],
+                                                        list[tuple[bytes, int, int]]]:
+    """A bucket's frames as the native window takes them: the events' staged bytes and commit
+    times, the partition marks of the progress rows, the transaction END rows."""
+    payloads: list[bytes] = []
+    commit_ms: list[int] = []
+    marks: list[tuple[Any, ...]] = []
+    ends_seen: list[tuple[bytes, int, int]] = []
+    for frame in frames:
+        for kind, payload, ms in zip(frame["kind"].tolist(), frame["payload"],
+                                     frame["commit_ms"].tolist(), strict=True):
+            if kind == EVENT_ROW:
+                payloads.append(payload)
+                commit_ms.append(int(ms))
+            elif kind == PROGRESS_ROW:
+                marks += mark_tuples(marks_from_bytes(payload))
+            else:
+                commit, count = _tx_decoder.decode(payload)
+                ends_seen.append((commit, count, int(ms)))
+    return payloads, commit_ms, marks, ends_seen
+
+
+def _native_streaming_release(config: TranslateConfig, topology: Topology | None
+                              ) -> Callable[..., Iterator[Any]]:
+    """The release step of a streaming DataFrame on the native core
+    (``applyInPandasWithState``): a bucket's staged events, progress and transaction END rows
+    into the native window (``StreamRelease``; :class:`WindowState`'s rules), its state bytes
+    in Spark's state store, its rows out as :func:`_native_rows` writes them. A state the
+    Python reference wrote (the query ran with ``translate.native: off`` before) is taken
+    over (:func:`~debezium_bridge.core.windowed_native.adopt_reference_state`)."""
+    pair = config.pair_key_changes
+    direct = _native_output_direct(config)
+    partitions, ends = topology_args(topology)
+
+    def release(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pyarrow as pa
+
+        leave_sigint_to_the_driver()
+        bucket = int(key[0])
+        if bucket == CLOCK_BUCKET:
+            for _ in frames:
+                pass
+            return
+        encoder = _Encoder(config)
+        if bucket == DEAD_BUCKET:
             with _collector_paused():
-                records = native.decode_lines(b"\n".join(rows.column("value").to_pylist()))
-                extra = [row for record in records for row in encoder.change_rows(record)]
-            parts = []
-        extra += [encoder.dead_row(_mismatch_letter(m)) for m in mismatches]
-        parts.append(_arrow(_columns(extra, (changes_out, merged, duplicates, mismatched, late,
-                                             pending, encoder.encode_errors,
-                                             *(released[rule] for rule in RELEASE_RULES)))))
-        return pa.concat_tables(parts)
+                columns = _dead_rows((p for f in frames for p in f["payload"]), encoder)
+            yield _pandas(columns)
+            return
+        watermark = state.getCurrentWatermarkMs()
+        stored = state.get[0] if state.exists else None
+        payloads, commit_ms, marks, ends_seen = _split_native_frames(frames)
+        try:
+            if stored is not None and not is_native_state(stored):
+                window = adopt_reference_state(bytes(stored), pair, topology)
+            else:
+                window = native.module().StreamRelease(
+                    None if stored is None else bytes(stored), pair, partitions, ends)
+            window.push(pa.array(payloads, pa.binary()), pa.array(commit_ms, pa.int64()))
+            window.observe(marks)
+            window.add_transactions(ends_seen)
+            window.run(watermark)
+            out, counts, mismatches = window.output()
+            state.update((bytes(window.dump()), None))
+        except ValueError as exc:  # staged or state bytes it cannot read: a bug, not input
+            raise BridgeError(f"native release step: {exc}") from exc
+        timeout = window.next_timeout_ms()
+        if timeout is not None:
+            state.setTimeoutTimestamp(max(timeout, watermark))
+        # Arrow to pandas column by column (no row objects); nullable integers stay integers
+        yield _native_rows(out, counts, mismatches, encoder, direct).to_pandas(
+            integer_object_nulls=True)
 
     return release
 
@@ -765,15 +876,15 @@ def _native_output_direct(config: TranslateConfig) -> bool:
 def native_translate(df: Any, config: TranslateConfig | None = None) -> bool:
     """Whether :func:`translate` runs ``df`` with ``config`` on the native core: where the
     extension is built and allowed (``config.native``, ``DEBEZIUM_BRIDGE_NATIVE``) and the
-    job is one it covers: a batch DataFrame whose outputs need no SQL column types (``ces``,
-    ``ces-avro`` and ``debezium`` do). Everything else runs the Python reference. Output rows
-    are written natively for ``canonical`` alone (no ``output_topic`` template, no
-    ``output_tombstones``); other formats go through the output layer from the native
-    canonical records."""
+    job is one it covers: a DataFrame (batch or streaming) whose outputs need no SQL column
+    types (``ces``, ``ces-avro`` and ``debezium`` do). Everything else runs the Python
+    reference. Output rows are written natively for ``canonical`` alone (no ``output_topic``
+    template, no ``output_tombstones``); other formats go through the output layer from the
+    native canonical records."""
     config = config or TranslateConfig()
     if not native.use_native(config.native):
         return False
-    return not df.isStreaming and not config.needs_column_types
+    return not config.needs_column_types
 
 
 def translate(df: Any, config: TranslateConfig | None = None,
@@ -797,14 +908,15 @@ def translate(df: Any, config: TranslateConfig | None = None,
     config = config or TranslateConfig()
     on_native = native_translate(df, config)
     staged = decode_stage(df, config, native=on_native)
-    if on_native:
-        released = staged.groupBy("bucket").applyInArrow(_native_batch_release(config),
-                                                         _RELEASE_SCHEMA)
-    elif df.isStreaming:
+    if df.isStreaming:
+        step = _native_streaming_release if on_native else _streaming_release
         staged = staged.withWatermark("clock", config.watermark_delay)
         released = staged.groupBy("bucket").applyInPandasWithState(
-            _streaming_release(config, topology), _RELEASE_SCHEMA, "state binary, columns binary",
+            step(config, topology), _RELEASE_SCHEMA, "state binary, columns binary",
             "append", GroupStateTimeout.EventTimeTimeout)
+    elif on_native:
+        released = staged.groupBy("bucket").applyInArrow(_native_batch_release(config),
+                                                         _RELEASE_SCHEMA)
     else:
         released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
     observed = released.observe(
@@ -817,21 +929,40 @@ def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> A
     """Step 1 of :func:`translate` on its own: one row per decoded event (``bucket``, ``kind``,
     ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row;
     for a streaming ``df`` also the progress rows (per task, one per bucket) and transaction END
-    rows (benchmarks measure the cost of the steps with it). ``native`` (batch only): decode
-    with the native core, events staged as its bytes (what the native release step reads)."""
+    rows (benchmarks measure the cost of the steps with it). ``native``: decode with the native
+    core, events staged as its bytes (what the native release steps read)."""
     from pyspark.sql import functions as F
 
+    decode = decode_task(config, streaming=df.isStreaming, native=native)
+    return df.mapInArrow(decode, _STAGE_SCHEMA).observe(
+        f"{METRICS_NAME}_decode", *(F.sum(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
+
+
+def decode_task(config: TranslateConfig, *, streaming: bool, native: bool
+                ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function :func:`decode_stage` runs per Spark task (``mapInArrow``): the task's Arrow
+    batches of Kafka rows in, staged rows out."""
     spec = _decoder_spec(config)
     buckets = config.buckets
     heartbeats = config.heartbeat_watermark
-    streaming = df.isStreaming
     on_native = native
-    if on_native and streaming:
-        raise ValueError("the native decode step covers batch DataFrames only")
 
     def decode(batches: Iterator[Any]) -> Iterator[Any]:
         leave_sigint_to_the_driver()
         decoder, catalog = _decoder(spec)
+        if on_native and streaming:
+            spark_decoder = _spark_decoder(spec, decoder)
+            spark_decoder.track_progress()
+            tracker = ProgressTracker()
+            for batch in batches:
+                with _collector_paused():
+                    staged = _decode_batch_native(batch, spark_decoder, decoder, buckets,
+                                                  heartbeats, tracker)
+                yield from staged
+            marks = _merged_marks(tracker, spark_decoder.take_progress())
+            if marks:
+                yield _progress_batch(marks, buckets)
+            return
         if on_native:
             spark_decoder = _spark_decoder(spec, decoder)
             for batch in batches:
@@ -846,7 +977,6 @@ def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> A
                 staged = _decode_batch(batch, decoder, buckets, catalog, heartbeats, progress)
             yield staged
         if progress is not None and progress.marks():
-            yield _progress_batch(progress, buckets)
+            yield _progress_batch(progress.marks(), buckets)
 
-    return df.mapInArrow(decode, _STAGE_SCHEMA).observe(
-        f"{METRICS_NAME}_decode", *(F.sum(f"n_{c}").alias(c) for c in DECODE_COUNTERS))
+    return decode

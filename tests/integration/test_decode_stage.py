@@ -117,7 +117,7 @@ def test_transaction_ends_go_to_the_bucket_of_their_commit_and_progress_to_every
     for r in records:
         last[(r.topic, r.partition)] = max(last.get((r.topic, r.partition), -1), r.offset or 0)
     assert {tp: m.offset for tp, m in marks.items()} == last
-    progress = _progress_batch(tracker, 8).to_pylist()
+    progress = _progress_batch(tracker.marks(), 8).to_pylist()
     assert sorted(r["bucket"] for r in progress) == list(range(8))
     assert all(r["kind"] == PROGRESS_ROW and marks_from_bytes(r["payload"]) == tracker.marks()
                for r in progress)

@@ -30,6 +30,7 @@ pub mod jsonw;
 pub mod lsn;
 pub(crate) mod parse;
 pub mod schema;
+pub mod stream;
 pub mod value;
 pub mod window;
 pub mod wire;

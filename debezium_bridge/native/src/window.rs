@@ -52,13 +52,114 @@ pub struct Counts {
     pub late: i64,
     pub pending: i64,
     pub released_by_watermark: i64,
+    pub released_by_position: i64,
+    pub released_by_transaction: i64,
+    pub released_by_end: i64,
 }
 
 /// (table_id, commit, is an initial snapshot row, change LSN or the snapshot row's key hash)
-type GroupKey = (std::sync::Arc<str>, u128, u8, u128);
+pub(crate) type GroupKey = (std::sync::Arc<str>, u128, u8, u128);
+
+/// The position group of `e` (`windowed.group_key`; snapshot rows: one group per key).
+pub(crate) fn group_key(
+    e: &Event,
+    table_id: std::sync::Arc<str>,
+    sk: SortKey,
+    snapshot: bool,
+) -> GroupKey {
+    let local = if snapshot {
+        key_hash(1, e.key_bytes())
+    } else {
+        sk.1
+    };
+    (table_id, sk.0, u8::from(snapshot), local)
+}
+
+/// The identity of an event in its position group (group, serial, op, key) as a 128-bit hash.
+pub(crate) fn identity(group: &GroupKey, serial: i64, op: u8, key: &[u8]) -> u128 {
+    let mut a = hasher(5);
+    let mut b = hasher(6);
+    for h in [&mut a, &mut b] {
+        h.write(group.0.as_bytes());
+        h.write_u8(0xff);
+        h.write_u128(group.1);
+        h.write_u8(group.2);
+        h.write_u128(group.3);
+        h.write_i64(serial);
+        h.write_u8(op);
+        h.write(key);
+    }
+    ((a.finish() as u128) << 64) | b.finish() as u128
+}
+
+/// What the dead letter of a replay mismatch needs (`WindowState.drain_mismatches`).
+pub(crate) fn mismatch_of(core: &Core, e: &Event, timestamp: Option<i64>) -> Mismatch {
+    let image = |i: &Option<crate::event::Image>| i.as_ref().map(|i| e.image_bytes(i).to_vec());
+    Mismatch {
+        topic: core.topics[e.origin.topic as usize].to_string(),
+        partition: e.origin.partition,
+        offset: e.origin.offset,
+        timestamp,
+        table_id: core.interner.tables[e.table as usize].table_id.to_string(),
+        seq: String::from_utf8_lossy(&e.seq_string()).into_owned(),
+        op: e.op,
+        key: e.key_bytes().to_vec(),
+        before: image(&e.before),
+        after: image(&e.after),
+        unavailable: e.unavailable.iter().map(|u| u.to_string()).collect(),
+    }
+}
+
+/// The indexes of the records `core` wrote, in (seq, event_id) order.
+pub fn sorted_lines(core: &Core) -> Vec<usize> {
+    let out = &core.out;
+    let text = |span: (u32, u32)| -> std::borrow::Cow<'_, [u8]> {
+        let raw = &out[span.0 as usize..span.1 as usize];
+        match std::str::from_utf8(raw)
+            .ok()
+            .and_then(|s| crate::value::unescape(s).ok())
+        {
+            Some(std::borrow::Cow::Borrowed(s)) => std::borrow::Cow::Borrowed(s.as_bytes()),
+            Some(std::borrow::Cow::Owned(s)) => std::borrow::Cow::Owned(s.into_bytes()),
+            None => std::borrow::Cow::Borrowed(raw),
+        }
+    };
+    let keys: Vec<_> = core
+        .spans
+        .iter()
+        .map(|s| (text(s[2]), text(s[5])))
+        .collect();
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+    order
+}
+
+/// The indexes of `events` in `_arrival_order`: position order; copies of one event (replays)
+/// by their Kafka coordinates (`topic` ranks a topic id as its name sorts), so the same copy
+/// is kept whichever order a shuffle delivered them in.
+pub(crate) fn arrival_order<'a, T: Ord>(
+    events: impl Iterator<Item = &'a Event>,
+    topic: impl Fn(u32) -> T,
+) -> Vec<(SortKey, T, i32, i64, usize)> {
+    let mut order: Vec<_> = events
+        .enumerate()
+        .map(|(i, e)| {
+            let o = &e.origin;
+            (
+                sort_key(e),
+                topic(o.topic),
+                o.partition,
+                o.offset.unwrap_or(-1),
+                i,
+            )
+        })
+        .collect();
+    order.sort_unstable();
+    order
+}
 
 /// A 128-bit hash of `data` (fixed seeds: the same in every process).
-fn key_hash(seed: u64, data: &[u8]) -> u128 {
+pub(crate) fn key_hash(seed: u64, data: &[u8]) -> u128 {
     let mut a = hasher(seed << 1);
     let mut b = hasher((seed << 1) | 1);
     a.write(data);
@@ -76,14 +177,69 @@ pub struct BatchWindow {
     incremental: u32,
 }
 
+/// The emitter of a release step (no pressure release, no dedupe memory: the windows keep
+/// their own) and the interned id of the `incremental` snapshot marker.
+pub(crate) fn window_core(pair_key_changes: bool) -> (Core, u32) {
+    let mut core = Core::new(Config {
+        pair_key_changes,
+        max_pending: i64::MAX,
+        dedupe_capacity: 0,
+    });
+    let incremental = core.interner.snapshot("incremental");
+    (core, incremental)
+}
+
+impl Counts {
+    /// changes_out, merged, duplicates, replay_mismatches, late, pending, released by
+    /// position, transaction, end, watermark (`spark.translate.RELEASE_COUNTERS` order).
+    pub fn as_tuple(&self) -> (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) {
+        (
+            self.changes_out,
+            self.merged,
+            self.duplicates,
+            self.replay_mismatches,
+            self.late,
+            self.pending,
+            self.released_by_position,
+            self.released_by_transaction,
+            self.released_by_end,
+            self.released_by_watermark,
+        )
+    }
+}
+
+/// A copy of an identity seen before in its group: a duplicate when its images are those of
+/// the first copy (`same`), else a replay mismatch (its dead letter's record kept).
+pub(crate) fn repeated(
+    core: &Core,
+    counts: &mut Counts,
+    mismatches: &mut Vec<Mismatch>,
+    e: &Event,
+    timestamp: Option<i64>,
+    same: bool,
+) {
+    if same {
+        counts.duplicates += 1;
+    } else {
+        counts.replay_mismatches += 1;
+        mismatches.push(mismatch_of(core, e, timestamp));
+    }
+}
+
 impl BatchWindow {
+    fn repeated(&mut self, e: &Event, timestamp: Option<i64>, same: bool) {
+        repeated(
+            &self.core,
+            &mut self.counts,
+            &mut self.mismatches,
+            e,
+            timestamp,
+            same,
+        );
+    }
+
     pub fn new(pair_key_changes: bool) -> Self {
-        let mut core = Core::new(Config {
-            pair_key_changes,
-            max_pending: i64::MAX,
-            dedupe_capacity: 0,
-        });
-        let incremental = core.interner.snapshot("incremental");
+        let (core, incremental) = window_core(pair_key_changes);
         BatchWindow {
             core,
             reader: wire::Reader::default(),
@@ -108,25 +264,6 @@ impl BatchWindow {
         Ok(())
     }
 
-    fn mismatch(&self, e: &Event, timestamp: Option<i64>) -> Mismatch {
-        let image = |i: &Option<crate::event::Image>| i.as_ref().map(|i| e.image_bytes(i).to_vec());
-        Mismatch {
-            topic: self.core.topics[e.origin.topic as usize].to_string(),
-            partition: e.origin.partition,
-            offset: e.origin.offset,
-            timestamp,
-            table_id: self.core.interner.tables[e.table as usize]
-                .table_id
-                .to_string(),
-            seq: String::from_utf8_lossy(&e.seq_string()).into_owned(),
-            op: e.op,
-            key: e.key_bytes().to_vec(),
-            before: image(&e.before),
-            after: image(&e.after),
-            unavailable: e.unavailable.iter().map(|u| u.to_string()).collect(),
-        }
-    }
-
     /// Dedupe, pair and release everything taken (the whole input: a batch DataFrame); the
     /// records are then in `core.out` (see [`BatchWindow::sorted_lines`]).
     pub fn release_all(&mut self) {
@@ -141,22 +278,7 @@ impl BatchWindow {
                 topic_rank[t as usize] = rank as u32;
             }
         }
-        type Order = (SortKey, u32, i32, i64, usize);
-        let mut order: Vec<Order> = items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| {
-                let o = &it.event.origin;
-                (
-                    sort_key(&it.event),
-                    topic_rank[o.topic as usize],
-                    o.partition,
-                    o.offset.unwrap_or(-1),
-                    i,
-                )
-            })
-            .collect();
-        order.sort_unstable();
+        let order = arrival_order(items.iter().map(|it| &it.event), |t| topic_rank[t as usize]);
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let pair = self.core.config.pair_key_changes;
         // identity (group, serial, op, key) -> image digest of its first copy
@@ -177,36 +299,13 @@ impl BatchWindow {
             let e = item.event;
             let table_id = self.core.interner.tables[e.table as usize].table_id.clone();
             let snapshot = e.is_snapshot_identity(self.incremental);
-            let local = if snapshot {
-                key_hash(1, e.key_bytes())
-            } else {
-                sk.1
-            };
-            let identity = {
-                let mut a = hasher(5);
-                let mut b = hasher(6);
-                for h in [&mut a, &mut b] {
-                    h.write(table_id.as_bytes());
-                    h.write_u8(0xff);
-                    h.write_u128(sk.0);
-                    h.write_u8(u8::from(snapshot));
-                    h.write_u128(local);
-                    h.write_i64(sk.2);
-                    h.write_u8(e.op);
-                    h.write(e.key_bytes());
-                }
-                ((a.finish() as u128) << 64) | b.finish() as u128
-            };
+            let group = group_key(&e, table_id, sk, snapshot);
+            let identity = identity(&group, sk.2, e.op, e.key_bytes());
             let digest = image_digest(&e);
             match seen.entry(identity) {
                 hashbrown::hash_map::Entry::Occupied(first) => {
-                    if *first.get() != digest {
-                        self.counts.replay_mismatches += 1;
-                        let m = self.mismatch(&e, item.timestamp);
-                        self.mismatches.push(m);
-                    } else {
-                        self.counts.duplicates += 1;
-                    }
+                    let same = *first.get() == digest;
+                    self.repeated(&e, item.timestamp, same);
                     continue;
                 }
                 hashbrown::hash_map::Entry::Vacant(slot) => {
@@ -217,9 +316,7 @@ impl BatchWindow {
                 ready.push(e);
                 continue;
             }
-            let waiting = groups
-                .entry((table_id, sk.0, u8::from(snapshot), local))
-                .or_default();
+            let waiting = groups.entry(group).or_default();
             waiting.push(e);
             self.counts.pending += 1;
             if let Some((d, c)) = complete_pair(waiting) {
@@ -246,33 +343,13 @@ impl BatchWindow {
 
     /// The indexes of the records written, in (seq, event_id) order.
     pub fn sorted_lines(&self) -> Vec<usize> {
-        let out = &self.core.out;
-        let text = |span: (u32, u32)| -> std::borrow::Cow<'_, [u8]> {
-            let raw = &out[span.0 as usize..span.1 as usize];
-            match std::str::from_utf8(raw)
-                .ok()
-                .and_then(|s| crate::value::unescape(s).ok())
-            {
-                Some(std::borrow::Cow::Borrowed(s)) => std::borrow::Cow::Borrowed(s.as_bytes()),
-                Some(std::borrow::Cow::Owned(s)) => std::borrow::Cow::Owned(s.into_bytes()),
-                None => std::borrow::Cow::Borrowed(raw),
-            }
-        };
-        let keys: Vec<_> = self
-            .core
-            .spans
-            .iter()
-            .map(|s| (text(s[2]), text(s[5])))
-            .collect();
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
-        order
+        sorted_lines(&self.core)
     }
 }
 
 /// `WindowState._pair_complete`: exactly one delete and one create whose partner keys (when
 /// given) name each other.
-fn complete_pair(waiting: &mut Vec<Event>) -> Option<(Event, Event)> {
+pub(crate) fn complete_pair(waiting: &mut Vec<Event>) -> Option<(Event, Event)> {
     if waiting.len() != 2 || waiting[0].op == waiting[1].op {
         return None;
     }
@@ -297,12 +374,12 @@ fn complete_pair(waiting: &mut Vec<Event>) -> Option<(Event, Event)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::decode::{Decoder, Input};
     use crate::schema::{BinaryMode, Options};
 
-    fn envelope(op: &str, id: i64, commit: &str, change: &str, serial: i64) -> String {
+    pub(crate) fn envelope(op: &str, id: i64, commit: &str, change: &str, serial: i64) -> String {
         let before = if op == "c" {
             "null".to_string()
         } else {
@@ -323,7 +400,7 @@ mod tests {
     }
 
     /// Decode `values` (key `{"id": n}`) natively and write them as the decode step does.
-    fn staged(values: &[(i64, i64, String)]) -> Vec<Vec<u8>> {
+    pub(crate) fn staged(values: &[(i64, i64, String)]) -> Vec<Vec<u8>> {
         let mut decoder = Decoder::new(Options::new(
             "__debezium_unavailable_value",
             BinaryMode::Bytes,
@@ -369,8 +446,8 @@ mod tests {
         (w, sorted)
     }
 
-    const C1: &str = "0000002a:00000100:0001";
-    const C2: &str = "0000002a:00000200:0001";
+    pub(crate) const C1: &str = "0000002a:00000100:0001";
+    pub(crate) const C2: &str = "0000002a:00000200:0001";
 
     #[test]
     fn wire_round_trip_keeps_the_canonical_record() {

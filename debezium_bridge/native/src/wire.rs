@@ -20,20 +20,20 @@ pub struct BadWire;
 
 type R<T> = std::result::Result<T, BadWire>;
 
-fn put_u32(out: &mut Vec<u8>, v: u32) {
+pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_i64(out: &mut Vec<u8>, v: i64) {
+pub(crate) fn put_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_u32(out, b.len() as u32);
     out.extend_from_slice(b);
 }
 
-fn put_opt_i64(out: &mut Vec<u8>, v: Option<i64>) {
+pub(crate) fn put_opt_i64(out: &mut Vec<u8>, v: Option<i64>) {
     match v {
         None => out.push(0),
         Some(v) => {
@@ -187,46 +187,53 @@ pub struct Reader {
     orders: hashbrown::HashMap<Vec<String>, Arc<[String]>>,
 }
 
-struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     data: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+    pub(crate) fn new(data: &'a [u8]) -> Self {
+        Cursor { data, pos: 0 }
+    }
+    /// Whether every byte was read.
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos == self.data.len()
+    }
+    pub(crate) fn take(&mut self, n: usize) -> R<&'a [u8]> {
         let end = self.pos.checked_add(n).ok_or(BadWire)?;
         let out = self.data.get(self.pos..end).ok_or(BadWire)?;
         self.pos = end;
         Ok(out)
     }
-    fn u8(&mut self) -> R<u8> {
+    pub(crate) fn u8(&mut self) -> R<u8> {
         Ok(self.take(1)?[0])
     }
-    fn flag(&mut self) -> R<bool> {
+    pub(crate) fn flag(&mut self) -> R<bool> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
             _ => Err(BadWire),
         }
     }
-    fn u32(&mut self) -> R<u32> {
+    pub(crate) fn u32(&mut self) -> R<u32> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn i64(&mut self) -> R<i64> {
+    pub(crate) fn i64(&mut self) -> R<i64> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(i64::from_le_bytes(a))
     }
-    fn bytes(&mut self) -> R<&'a [u8]> {
+    pub(crate) fn bytes(&mut self) -> R<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }
-    fn str(&mut self) -> R<&'a str> {
+    pub(crate) fn str(&mut self) -> R<&'a str> {
         std::str::from_utf8(self.bytes()?).map_err(|_| BadWire)
     }
-    fn opt_i64(&mut self) -> R<Option<i64>> {
+    pub(crate) fn opt_i64(&mut self) -> R<Option<i64>> {
         Ok(if self.flag()? {
             Some(self.i64()?)
         } else {

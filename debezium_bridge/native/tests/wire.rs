@@ -1,10 +1,11 @@
-//! The staged-event bytes of the Spark steps (`wire.rs`) and the batch window (`window.rs`)
-//! on arbitrary and mutated input: reading never panics (bad bytes are an error, which the
-//! extension maps to a Python exception), and a window fed what could be read releases it
-//! without a panic either.
+//! The staged-event bytes of the Spark steps (`wire.rs`), the batch window (`window.rs`) and
+//! the streaming window's state bytes (`stream.rs`) on arbitrary and mutated input: reading
+//! never panics (bad bytes are an error, which the extension maps to a Python exception), and
+//! a window fed (or loaded from) what could be read releases it without a panic either.
 
 use _native::decode::{Decoder, Input, Interner};
 use _native::schema::{BinaryMode, Options};
+use _native::stream::{StreamWindow, Topology};
 use _native::window::BatchWindow;
 use _native::wire;
 use proptest::prelude::*;
@@ -127,4 +128,60 @@ fn events_beyond_64k_keep_their_member_spans() {
     let out = String::from_utf8(window.core.out.clone()).expect("utf8");
     assert!(out.contains(&format!("\"before\":{{\"id\":3,\"v\":\"{long}\"}}")));
     assert!(out.contains("\"changed_columns\":[\"v\"]"));
+}
+
+/// A state holding two waiting deletes (one position group: no pair).
+fn state() -> Vec<u8> {
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.push(&staged("d", 1, 1), 5).expect("read");
+    w.push(&staged("d", 2, 3), 5).expect("read");
+    w.add(0);
+    w.release(0);
+    w.dump()
+}
+
+fn exercise(w: &mut StreamWindow) {
+    let _ = w.push(&staged("c", 2, 2), 5);
+    w.add(0);
+    w.release(i64::MAX);
+    let _ = w.dump();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_stream_state_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let mut w = StreamWindow::new(true, Topology::default());
+        let mut prefixed = b"DBNW\x01".to_vec();
+        prefixed.extend_from_slice(&data);
+        for bytes in [&data, &prefixed] {
+            if w.load(bytes).is_ok() {
+                exercise(&mut w);
+            }
+            w = StreamWindow::new(true, Topology::default());
+        }
+    }
+
+    #[test]
+    fn mutated_stream_states_never_panic(ops in proptest::collection::vec((any::<u8>(), 0usize..2000), 1..4)) {
+        let mut data = state();
+        for (byte, at) in ops {
+            let at = at % data.len();
+            data[at] = byte;
+        }
+        let mut w = StreamWindow::new(true, Topology::default());
+        if w.load(&data).is_ok() {
+            exercise(&mut w);
+        }
+    }
+}
+
+#[test]
+fn a_state_reads_back_as_written() {
+    let data = state();
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.load(&data).expect("its own state");
+    assert_eq!(w.waiting_events(), 2);
+    assert_eq!(w.dump(), data);
 }

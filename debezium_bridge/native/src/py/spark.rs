@@ -69,6 +69,9 @@ fn caught<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 pub struct SparkDecoder {
     inner: NativeCore,
     topic_names: hashbrown::HashMap<u32, Arc<str>>,
+    /// Streaming: the progress of every partition from the events decoded here
+    /// (`windowed.ProgressTracker.event`), per (topic id, partition).
+    progress: Option<hashbrown::HashMap<(u32, i32), crate::stream::Mark>>,
 }
 
 /// Staged rows of the native events, rows declined, `(records, tombstones)`, the clock.
@@ -106,6 +109,7 @@ impl SparkDecoder {
         Ok(SparkDecoder {
             inner,
             topic_names: Default::default(),
+            progress: None,
         })
     }
 
@@ -247,6 +251,16 @@ impl SparkDecoder {
                 continue;
             };
             records += 1;
+            if let Some(progress) = self.progress.as_mut() {
+                let mark =
+                    progress
+                        .entry((topic_id, partition))
+                        .or_insert_with(|| crate::stream::Mark {
+                            offset: -1,
+                            ..Default::default()
+                        });
+                mark.note(&event, !event.is_snapshot_identity(incremental));
+            }
             let ms = event.source_ts_ms.unwrap_or(stamp.unwrap_or(0));
             clock = Some(clock.map_or(ms, |c| c.max(ms)));
             let name = self.topic_name(topic_id);
@@ -303,6 +317,35 @@ impl SparkDecoder {
         Ok((bucket, PyBytes::new(py, &buf)))
     }
 
+    /// Track the progress of the partitions (streaming; see [`SparkDecoder::take_progress`]).
+    fn track_progress(&mut self) {
+        self.progress = Some(Default::default());
+    }
+
+    /// The progress tracked since the last call, from the events decoded here (offsets are
+    /// the caller's: `-1`), as `StreamRelease.observe` takes it; tracking goes on.
+    fn take_progress(&mut self) -> Vec<MarkTuple> {
+        let Some(progress) = self.progress.as_mut() else {
+            return Vec::new();
+        };
+        let lsn = crate::core::lsn_bytes;
+        let mut out: Vec<MarkTuple> = std::mem::take(progress)
+            .into_iter()
+            .map(|((topic, partition), m)| {
+                (
+                    self.inner.core.topics[topic as usize].to_string(),
+                    partition,
+                    lsn(m.commit),
+                    m.position.map(|(a, b, s)| (lsn(a), lsn(b), s)),
+                    m.at,
+                    m.offset,
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
+    }
+
     /// Records the native decoder declined so far (read by the Python decoder).
     #[getter]
     fn declined_records(&self) -> i64 {
@@ -310,9 +353,6 @@ impl SparkDecoder {
     }
 }
 
-/// Counters of one release: changes_out, merged, duplicates, replay_mismatches, late,
-/// pending, released by watermark.
-type Counts = (i64, i64, i64, i64, i64, i64, i64);
 /// A replay mismatch: topic, partition, offset, timestamp, table_id, seq, op, key, before,
 /// after, unavailable.
 type MismatchTuple = (
@@ -329,6 +369,29 @@ type MismatchTuple = (
     Vec<String>,
 );
 
+/// Each staged event of the `payloads` (binary) and `commit_ms` (int64, null: 0) arrays.
+fn staged_events(
+    payloads: &ArrayRef,
+    commit_ms: &ArrayRef,
+    mut take: impl FnMut(&[u8], i64) -> Result<(), wire::BadWire>,
+) -> PyResult<()> {
+    let payloads = payloads
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| bad("payload: binary"))?;
+    let stamps = commit_ms
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| bad("commit_ms: int64"))?;
+    for i in 0..payloads.len() {
+        let ms = if stamps.is_null(i) {
+            0
+        } else {
+            stamps.value(i)
+        };
+        take(payloads.value(i), ms).map_err(|_| bad("a staged event that cannot be read"))?;
+    }
+    Ok(())
+}
+
 /// The release step of a batch DataFrame for one bucket: `payloads` (binary) and `commit_ms`
 /// (int64) arrays of its staged events. Returns the output rows (canonical format) as one
 /// Arrow batch, the counters and the replay mismatches (their dead letters are written by the
@@ -338,60 +401,333 @@ pub fn release_batch(
     payloads: &Bound<'_, PyAny>,
     commit_ms: &Bound<'_, PyAny>,
     pair_key_changes: bool,
-) -> PyResult<(ArrowBatch, Counts, Vec<MismatchTuple>)> {
+) -> PyResult<(ArrowBatch, StreamCounts, Vec<MismatchTuple>)> {
     let payloads = import(payloads)?;
     let commit_ms = import(commit_ms)?;
     caught(|| {
-        let payloads = payloads
-            .as_binary_opt::<i32>()
-            .ok_or_else(|| bad("payload: binary"))?;
-        let stamps = commit_ms
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| bad("commit_ms: int64"))?;
         let mut window = BatchWindow::new(pair_key_changes);
-        for i in 0..payloads.len() {
-            let ms = if stamps.is_null(i) {
-                0
-            } else {
-                stamps.value(i)
-            };
-            window
-                .push(payloads.value(i), ms)
-                .map_err(|_| bad("a staged event that cannot be read"))?;
-        }
+        staged_events(&payloads, &commit_ms, |data, ms| window.push(data, ms))?;
         window.release_all();
-        let batch = output_rows(&window)?;
-        let c = &window.counts;
-        let counts = (
-            c.changes_out,
-            c.merged,
-            c.duplicates,
-            c.replay_mismatches,
-            c.late,
-            c.pending,
-            c.released_by_watermark,
-        );
-        let mismatches = window
-            .mismatches
-            .drain(..)
-            .map(|m| {
+        let batch = output_rows(&window.core)?;
+        let counts = window.counts.as_tuple();
+        Ok((batch, counts, mismatch_tuples(&mut window.mismatches)))
+    })
+}
+
+fn mismatch_tuples(window: &mut Vec<crate::window::Mismatch>) -> Vec<MismatchTuple> {
+    window
+        .drain(..)
+        .map(|m| {
+            (
+                m.topic,
+                m.partition,
+                m.offset,
+                m.timestamp,
+                m.table_id,
+                m.seq,
+                (m.op as char).to_string(),
+                m.key,
+                m.before,
+                m.after,
+                m.unavailable,
+            )
+        })
+        .collect()
+}
+
+/// A partition mark as Python gives it: topic, partition, commit LSN bytes, position
+/// `(commit, change, serial)` or `None`, `op + key` at the position, offset.
+type MarkTuple = (
+    String,
+    i32,
+    Vec<u8>,
+    Option<(Vec<u8>, Vec<u8>, i64)>,
+    Vec<Vec<u8>>,
+    i64,
+);
+
+/// A waiting group of the Python reference's state: see `StreamRelease.adopt`.
+type ReferenceGroupTuple = (
+    String,
+    Vec<u8>,
+    bool,
+    Vec<u8>,
+    i64,
+    String,
+    Vec<(i64, String, Vec<u8>)>,
+    Vec<Vec<u8>>,
+);
+
+fn marks_of(marks: Vec<MarkTuple>) -> PyResult<Vec<(String, i32, crate::stream::Mark)>> {
+    let lsn = |b: &[u8]| crate::stream::lsn_of(b).map_err(|_| bad("a mark that is not an LSN"));
+    let mut out = Vec::with_capacity(marks.len());
+    for (topic, partition, commit, position, at, offset) in marks {
+        let position = match position {
+            None => None,
+            Some((a, b, serial)) => Some((lsn(&a)?, lsn(&b)?, serial)),
+        };
+        let mark = crate::stream::Mark {
+            commit: lsn(&commit)?,
+            position,
+            at,
+            offset,
+        };
+        out.push((topic, partition, mark));
+    }
+    Ok(out)
+}
+
+/// Counters of one release: changes_out, merged, duplicates, replay_mismatches, late,
+/// pending, released by position, transaction, end, watermark.
+type StreamCounts = (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64);
+
+fn bad_state(_: wire::BadWire) -> PyErr {
+    bad("a window state that cannot be read")
+}
+
+/// The release step of a streaming DataFrame for one bucket and one call
+/// ([`crate::stream::StreamWindow`]; `core/windowed.py::WindowState`'s rules), state in and
+/// out as bytes.
+#[pyclass(unsendable, module = "debezium_bridge._native")]
+pub struct StreamRelease {
+    window: crate::stream::StreamWindow,
+}
+
+impl StreamRelease {
+    fn counts(&self) -> StreamCounts {
+        self.window.counts.as_tuple()
+    }
+}
+
+#[pymethods]
+impl StreamRelease {
+    /// `stored`: the state bytes of the previous call (`None`: a new bucket); `partitions`:
+    /// partition count per topic; `ends`: per topic and partition the last offset of this run
+    /// (`None`: the input has no end).
+    #[new]
+    #[pyo3(signature = (stored, pair_key_changes, partitions, ends))]
+    fn new(
+        stored: Option<&[u8]>,
+        pair_key_changes: bool,
+        partitions: std::collections::HashMap<String, i32>,
+        ends: Option<std::collections::HashMap<String, std::collections::HashMap<i32, i64>>>,
+    ) -> PyResult<Self> {
+        caught(|| {
+            let topology = crate::stream::Topology {
+                partitions: partitions.into_iter().collect(),
+                ends: ends.map(|e| {
+                    e.into_iter()
+                        .map(|(t, m)| (t, m.into_iter().collect()))
+                        .collect()
+                }),
+            };
+            let mut window = crate::stream::StreamWindow::new(pair_key_changes, topology);
+            if let Some(data) = stored {
+                window.load(data).map_err(bad_state)?;
+            }
+            Ok(StreamRelease { window })
+        })
+    }
+
+    /// A window holding what a state of the Python reference holds (`core.windowed_native.
+    /// adopt_reference_state`): `marks` as [`MarkTuple`]s; `groups` as (table_id, commit,
+    /// snapshot, local, commit_ms, topic, seen (serial, op, key), waiting staged events);
+    /// `commits` (commit, seen events); `transactions` (commit, event_count, ms).
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn adopt(
+        pair_key_changes: bool,
+        partitions: std::collections::HashMap<String, i32>,
+        ends: Option<std::collections::HashMap<String, std::collections::HashMap<i32, i64>>>,
+        marks: Vec<MarkTuple>,
+        groups: Vec<ReferenceGroupTuple>,
+        commits: Vec<(Vec<u8>, i64)>,
+        transactions: Vec<(Vec<u8>, i64, i64)>,
+    ) -> PyResult<Self> {
+        let mut me = Self::new(None, pair_key_changes, partitions, ends)?;
+        caught(|| {
+            let lsn = |b: &[u8]| crate::stream::lsn_of(b).map_err(bad_state);
+            for (topic, partition, mark) in marks_of(marks)? {
+                me.window.adopt_mark(&topic, partition, mark);
+            }
+            for (table_id, commit, snapshot, local, commit_ms, topic, seen, waiting) in &groups {
+                let mut seen_ops = Vec::with_capacity(seen.len());
+                for (serial, op, key) in seen {
+                    let op = match op.as_bytes() {
+                        [b] => *b,
+                        _ => return Err(bad("an op of more than one letter")),
+                    };
+                    seen_ops.push((*serial, op, key.as_slice()));
+                }
+                me.window
+                    .adopt_group(crate::stream::ReferenceGroup {
+                        table_id,
+                        commit: lsn(commit)?,
+                        snapshot: *snapshot,
+                        local,
+                        commit_ms: *commit_ms,
+                        topic,
+                        seen: seen_ops,
+                        waiting: waiting.iter().map(Vec::as_slice).collect(),
+                    })
+                    .map_err(bad_state)?;
+            }
+            for (commit, n) in commits {
+                me.window.adopt_commit(lsn(&commit)?, n);
+            }
+            let mut txs = Vec::with_capacity(transactions.len());
+            for (commit, count, ms) in transactions {
+                txs.push((lsn(&commit)?, count, ms));
+            }
+            me.window.add_transactions(txs);
+            Ok(())
+        })?;
+        Ok(me)
+    }
+
+    /// How many transaction END records the state keeps.
+    fn transactions(&self) -> usize {
+        self.window.transactions()
+    }
+
+    /// The call's staged events: `payloads` (binary) and `commit_ms` (int64) arrays.
+    fn push(&mut self, payloads: &Bound<'_, PyAny>, commit_ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let payloads = import(payloads)?;
+        let commit_ms = import(commit_ms)?;
+        caught(|| staged_events(&payloads, &commit_ms, |data, ms| self.window.push(data, ms)))
+    }
+
+    /// Staged events one by one (the Python window API: events staged by `SparkDecoder.wire`).
+    fn push_one(&mut self, payload: &[u8], commit_ms: i64) -> PyResult<()> {
+        caught(|| {
+            self.window
+                .push(payload, commit_ms)
+                .map_err(|_| bad("a staged event that cannot be read"))
+        })
+    }
+
+    /// The canonical lines written since the last call, in the order they were written, the
+    /// counters (of the whole window) and the replay mismatches since the last call.
+    fn take_lines<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyBytes>, StreamCounts, Vec<MismatchTuple>)> {
+        let (lines, counts, mismatches) = caught(|| {
+            let (lines, _) = self.window.core.take_output();
+            Ok((
+                lines,
+                self.counts(),
+                mismatch_tuples(&mut self.window.mismatches),
+            ))
+        })?;
+        Ok((PyBytes::new(py, &lines), counts, mismatches))
+    }
+
+    /// Progress rows: see [`MarkTuple`].
+    fn observe(&mut self, marks: Vec<MarkTuple>) -> PyResult<()> {
+        caught(|| {
+            for (topic, partition, mark) in marks_of(marks)? {
+                self.window.observe(&topic, partition, mark);
+            }
+            Ok(())
+        })
+    }
+
+    /// Transaction END rows: (commit LSN bytes, event_count, ms).
+    fn add_transactions(&mut self, ends: Vec<(Vec<u8>, i64, i64)>) -> PyResult<()> {
+        caught(|| {
+            let mut out = Vec::with_capacity(ends.len());
+            for (commit, count, ms) in ends {
+                let c = crate::stream::lsn_of(&commit)
+                    .map_err(|_| bad("a transaction END that is not an LSN"))?;
+                out.push((c, count, ms));
+            }
+            self.window.add_transactions(out);
+            Ok(())
+        })
+    }
+
+    /// Dedupe, pair and release (`WindowState.add` then `WindowState.release`).
+    fn run(&mut self, watermark_ms: i64) -> PyResult<()> {
+        caught(|| {
+            self.window.add(watermark_ms);
+            self.window.release(watermark_ms);
+            Ok(())
+        })
+    }
+
+    /// `WindowState.add` alone (tests drive the rules step by step).
+    fn add(&mut self, watermark_ms: i64) -> PyResult<()> {
+        caught(|| {
+            self.window.add(watermark_ms);
+            Ok(())
+        })
+    }
+
+    /// `WindowState.release` alone.
+    fn release(&mut self, watermark_ms: i64) -> PyResult<()> {
+        caught(|| {
+            self.window.release(watermark_ms);
+            Ok(())
+        })
+    }
+
+    /// The output rows of this call (canonical, in (seq, event_id) order), the counters and
+    /// the replay mismatches.
+    fn output(&mut self) -> PyResult<(ArrowBatch, StreamCounts, Vec<MismatchTuple>)> {
+        caught(|| {
+            let batch = output_rows(&self.window.core)?;
+            self.window.core.take_output();
+            Ok((
+                batch,
+                self.counts(),
+                mismatch_tuples(&mut self.window.mismatches),
+            ))
+        })
+    }
+
+    /// The state as bytes.
+    fn dump<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let data = caught(|| Ok(self.window.dump()))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// The lowest commit time still in state.
+    fn next_timeout_ms(&self) -> Option<i64> {
+        self.window.next_timeout_ms()
+    }
+
+    fn waiting_events(&self) -> usize {
+        self.window.waiting_events()
+    }
+
+    fn __len__(&self) -> usize {
+        self.window.groups()
+    }
+
+    /// The partition marks after the last release, as [`MarkTuple`]s.
+    fn marks(&self) -> Vec<MarkTuple> {
+        let lsn = crate::core::lsn_bytes;
+        self.window
+            .marks()
+            .map(|(t, p, m)| {
                 (
-                    m.topic,
-                    m.partition,
+                    t.to_string(),
+                    p,
+                    lsn(m.commit),
+                    m.position.map(|(a, b, s)| (lsn(a), lsn(b), s)),
+                    m.at.clone(),
                     m.offset,
-                    m.timestamp,
-                    m.table_id,
-                    m.seq,
-                    (m.op as char).to_string(),
-                    m.key,
-                    m.before,
-                    m.after,
-                    m.unavailable,
                 )
             })
-            .collect();
-        Ok((batch, counts, mismatches))
-    })
+            .collect()
+    }
+}
+
+/// Whether `data` is a native window state (else the Python reference's).
+#[pyfunction]
+fn is_native_state(data: &[u8]) -> bool {
+    crate::stream::is_native_state(data)
 }
 
 /// The text of a JSON string token (`None` for `null`).
@@ -487,10 +823,9 @@ fn lineage(line: &[u8], event_id_at: usize) -> Option<(Vec<u8>, String, i32, Opt
 /// The output rows (`spark.translate.OUTPUT_COLUMNS`) of the records written, in (seq,
 /// event_id) order: canonical format, topic `<source topic>.canonical`, the event id, seq
 /// and lineage headers.
-fn output_rows(window: &BatchWindow) -> PyResult<ArrowBatch> {
-    let core = &window.core;
+fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
     let out = &core.out;
-    let order = window.sorted_lines();
+    let order = crate::window::sorted_lines(core);
     let n = order.len();
     let mut strings: Vec<StringBuilder> = (0..8)
         .map(|_| StringBuilder::with_capacity(n, n * 24))
@@ -590,5 +925,7 @@ fn output_rows(window: &BatchWindow) -> PyResult<ArrowBatch> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SparkDecoder>()?;
     m.add_function(pyo3::wrap_pyfunction!(release_batch, m)?)?;
+    m.add_class::<StreamRelease>()?;
+    m.add_function(pyo3::wrap_pyfunction!(is_native_state, m)?)?;
     Ok(())
 }
