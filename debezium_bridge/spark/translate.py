@@ -741,7 +741,6 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     direct = _native_output_direct(config)
 
     def release(table: Any) -> Any:
-
         leave_sigint_to_the_driver()
         bucket = table.column("bucket")[0].as_py()
         if bucket == CLOCK_BUCKET:
