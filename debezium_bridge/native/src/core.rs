@@ -128,7 +128,6 @@ impl ImageMemory {
     }
 }
 
-/// Fixed-seed hashers: identities and digests are the same on every run.
 /// A hasher with fixed seeds (the same in every process): identities, digests, key hashes.
 pub(crate) fn hasher(seed: u64) -> ahash::AHasher {
     ahash::RandomState::with_seeds(

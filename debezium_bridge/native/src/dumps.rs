@@ -147,6 +147,9 @@ pub enum Format {
     Kcat,
 }
 
+/// A header of a lossless line: its name and base64 value (or `null`).
+type Header<'a> = (&'a str, Option<&'a [u8]>);
+
 /// A lossless line in the writer's own layout: the members as they stand in the line (the
 /// base64 members still encoded).
 struct Layout<'a> {
@@ -154,8 +157,7 @@ struct Layout<'a> {
     partition: i32,
     offset: Option<i64>,
     timestamp: Option<i64>,
-    /// `(name, base64 value)` pairs, as the line's bytes between `"headers":` and `,"key_b64"`.
-    headers: &'a [u8],
+    headers: Vec<Header<'a>>,
     key: Option<&'a [u8]>,
     value: Option<&'a [u8]>,
 }
@@ -186,8 +188,8 @@ impl<'a> Cursor<'a> {
         Some(text)
     }
 
-    /// A base64 member's text, or `None` for `null` (`Err` where the layout is left). Its bytes
-    /// are checked by the base64 decoder; a quote cannot occur in them.
+    /// A base64 member's text, `Some(None)` for `null` (`None` where the layout is left). Its
+    /// bytes are checked by the base64 decoder; a quote cannot occur in them.
     fn base64_or_null(&mut self) -> Option<Option<&'a [u8]>> {
         if self.eat(b"null").is_some() {
             return Some(None);
@@ -230,23 +232,22 @@ impl<'a> Cursor<'a> {
         self.int().map(Some)
     }
 
-    /// `[["name","base64"|null],...]`: the pairs' bytes (names plain strings).
-    fn headers(&mut self) -> Option<&'a [u8]> {
+    /// `[["name","base64"|null],...]` (names plain strings).
+    fn headers(&mut self) -> Option<Vec<Header<'a>>> {
         self.eat(b"[")?;
-        let start = self.at;
+        let mut pairs = Vec::new();
         if self.eat(b"]").is_some() {
-            return Some(&self.line[start..start]);
+            return Some(pairs);
         }
         loop {
             self.eat(b"[")?;
-            std::str::from_utf8(self.plain_string()?).ok()?;
+            let name = std::str::from_utf8(self.plain_string()?).ok()?;
             self.eat(b",")?;
-            self.base64_or_null()?;
+            pairs.push((name, self.base64_or_null()?));
             self.eat(b"]")?;
             if self.eat(b",").is_none() {
-                let end = self.at;
                 self.eat(b"]")?;
-                return Some(&self.line[start..end]);
+                return Some(pairs);
             }
         }
     }
@@ -297,22 +298,8 @@ impl<'a> Layout<'a> {
             value: decode(self.value)?,
             ..Default::default()
         };
-        if !self.headers.is_empty() {
-            let mut c = Cursor {
-                line: self.headers,
-                at: 0,
-            };
-            loop {
-                c.eat(b"[")?;
-                let name = std::str::from_utf8(c.plain_string()?).ok()?;
-                c.eat(b",")?;
-                let value = decode(c.base64_or_null()?)?;
-                note_header(&mut rec, name, value);
-                c.eat(b"]")?;
-                if c.eat(b",").is_none() {
-                    break;
-                }
-            }
+        for &(name, value) in &self.headers {
+            note_header(&mut rec, name, decode(value)?);
         }
         Some(rec)
     }
@@ -321,24 +308,8 @@ impl<'a> Layout<'a> {
     /// the first `head` bytes of the value, decoded.
     fn check(&self, head: usize) -> Option<Vec<u8>> {
         let valid = |t: Option<&[u8]>| t.is_none_or(|t| base64_simd::STANDARD.check(t).is_ok());
-        if !valid(self.key) || !valid(self.value) {
+        if !valid(self.key) || !valid(self.value) || !self.headers.iter().all(|h| valid(h.1)) {
             return None;
-        }
-        let mut c = Cursor {
-            line: self.headers,
-            at: 0,
-        };
-        while !self.headers.is_empty() {
-            c.eat(b"[")?;
-            c.plain_string()?;
-            c.eat(b",")?;
-            if !valid(c.base64_or_null()?) {
-                return None;
-            }
-            c.eat(b"]")?;
-            if c.eat(b",").is_none() {
-                break;
-            }
         }
         let value = self.value.unwrap_or_default();
         let prefix = &value[..value.len().min(head.div_ceil(3) * 4)];

@@ -927,7 +927,6 @@ impl NativeCore {
     }
 }
 
-/// `formats.ces.envelope.is_ces`: a CES event (JSON or Avro)?
 /// The bytes of a dump chunk: `bytes`, or a `bytearray` (or a view of one) the caller reuses
 /// from chunk to chunk.
 fn buffer_bytes(buffer: &PyBuffer<u8>) -> PyResult<&[u8]> {
@@ -949,6 +948,7 @@ fn buffer_bytes(buffer: &PyBuffer<u8>) -> PyResult<&[u8]> {
 /// How many leading bytes of a value [`is_ces`] reads.
 const CES_HEAD: usize = 600;
 
+/// `formats.ces.envelope.is_ces`: a CES event (JSON or Avro)?
 fn is_ces(value: &[u8]) -> bool {
     match value.first() {
         Some(0x06) => value.get(..4) == Some(b"\x061.0"),

@@ -23,7 +23,7 @@ use crate::window::{
     arrival_order, complete_pair, group_key, identity, key_hash, repeated, window_core, Counts,
     GroupKey, Mismatch,
 };
-use crate::wire::{self, put_bytes, put_i64, put_u32, BadWire, Cursor};
+use crate::wire::{self, put_bytes, put_i64, put_u128, put_u32, BadWire, Cursor};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -247,28 +247,23 @@ impl StreamWindow {
             let table_id = self.core.interner.tables[e.table as usize].table_id.clone();
             let snapshot = e.is_snapshot_identity(self.incremental);
             let key = group_key(&e, table_id, sk, snapshot);
-            if !self.groups.contains_key(&key) {
-                if item.commit_ms < watermark_ms {
+            let id = identity(&key, sk.2, e.op, e.key_bytes());
+            let group = match self.groups.entry(key) {
+                hashbrown::hash_map::Entry::Occupied(found) => found.into_mut(),
+                hashbrown::hash_map::Entry::Vacant(_) if item.commit_ms < watermark_ms => {
                     self.counts.late += 1;
                     ready.push(e);
                     continue;
                 }
-                self.groups.insert(
-                    key.clone(),
-                    Group {
-                        commit_ms: item.commit_ms,
-                        seen: Vec::new(),
-                        waiting: Vec::new(),
-                        raw: Vec::new(),
-                        topic,
-                    },
-                );
-            }
-            let id = identity(&key, sk.2, e.op, e.key_bytes());
-            let digest = image_digest(&e);
-            let Some(group) = self.groups.get_mut(&key) else {
-                continue;
+                hashbrown::hash_map::Entry::Vacant(slot) => slot.insert(Group {
+                    commit_ms: item.commit_ms,
+                    seen: Vec::new(),
+                    waiting: Vec::new(),
+                    raw: Vec::new(),
+                    topic,
+                }),
             };
+            let digest = image_digest(&e);
             if let Some(&(_, first)) = group.seen.iter().find(|s| s.0 == id) {
                 let same = first.is_none_or(|d| d == digest);
                 repeated(
@@ -471,7 +466,6 @@ impl StreamWindow {
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
-        let put_u128 = |out: &mut Vec<u8>, v: u128| out.extend_from_slice(&v.to_le_bytes());
         let mut keys: Vec<&GroupKey> = self.groups.keys().collect();
         keys.sort();
         put_u32(&mut out, keys.len() as u32);
@@ -541,24 +535,18 @@ impl StreamWindow {
         if c.u8()? != VERSION {
             return Err(BadWire);
         }
-        fn u128_of(c: &mut Cursor<'_>) -> Result<u128, BadWire> {
-            let b = c.take(16)?;
-            let mut a = [0u8; 16];
-            a.copy_from_slice(b);
-            Ok(u128::from_le_bytes(a))
-        }
         let n = c.u32()?;
         for _ in 0..n {
             let table_id: Arc<str> = c.str()?.into();
-            let commit = u128_of(&mut c)?;
+            let commit = c.u128()?;
             let snapshot = c.u8()?;
-            let local = u128_of(&mut c)?;
+            let local = c.u128()?;
             let commit_ms = c.i64()?;
             let topic = c.str()?;
             let seen_n = c.u32()?;
             let mut seen = Vec::with_capacity((seen_n as usize).min(4096));
             for _ in 0..seen_n {
-                let id = u128_of(&mut c)?;
+                let id = c.u128()?;
                 seen.push((id, c.opt_i64()?.map(|d| d as u64)));
             }
             let raw_n = c.u32()?;
@@ -582,9 +570,9 @@ impl StreamWindow {
         for _ in 0..n {
             let topic: Arc<str> = c.str()?.into();
             let partition = c.u32()? as i32;
-            let commit = u128_of(&mut c)?;
+            let commit = c.u128()?;
             let position = if c.flag()? {
-                Some((u128_of(&mut c)?, u128_of(&mut c)?, c.i64()?))
+                Some((c.u128()?, c.u128()?, c.i64()?))
             } else {
                 None
             };
@@ -606,13 +594,13 @@ impl StreamWindow {
         }
         let n = c.u32()?;
         for _ in 0..n {
-            let commit = u128_of(&mut c)?;
+            let commit = c.u128()?;
             let count = c.i64()?;
             self.commits.insert(commit, count);
         }
         let n = c.u32()?;
         for _ in 0..n {
-            let commit = u128_of(&mut c)?;
+            let commit = c.u128()?;
             let count = c.i64()?;
             let ms = c.i64()?;
             self.transactions.insert(commit, (count, ms));

@@ -28,6 +28,10 @@ pub(crate) fn put_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
+pub(crate) fn put_u128(out: &mut Vec<u8>, v: u128) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
 pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_u32(out, b.len() as u32);
     out.extend_from_slice(b);
@@ -219,6 +223,11 @@ impl<'a> Cursor<'a> {
     pub(crate) fn u32(&mut self) -> R<u32> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    pub(crate) fn u128(&mut self) -> R<u128> {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(self.take(16)?);
+        Ok(u128::from_le_bytes(a))
     }
     pub(crate) fn i64(&mut self) -> R<i64> {
         let b = self.take(8)?;
