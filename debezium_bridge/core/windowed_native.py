@@ -41,6 +41,7 @@ __all__ = [
     "NATIVE_STATE_MAGIC",
     "NativeWindowState",
     "is_native_state",
+    "mark_of",
     "mark_tuples",
     "mismatch_letter",
 ]
@@ -71,6 +72,12 @@ def mark_tuples(progress: Iterable[tuple[str, int, PartitionMark]]) -> list[tupl
     """Partition marks as ``StreamRelease.observe`` takes them."""
     return [(topic, partition, m.commit, m.position, list(m.at_position), m.offset)
             for topic, partition, m in progress]
+
+
+def mark_of(commit: bytes, position: Any, at: Iterable[bytes], offset: int) -> PartitionMark:
+    """A partition mark as the native core gives it (after topic and partition)."""
+    return PartitionMark(commit, None if position is None else tuple(position), tuple(at),
+                         offset)
 
 
 def topology_args(topology: Topology | None) -> tuple[dict[str, int], Any]:
@@ -168,9 +175,7 @@ class NativeWindowState:
         return self._window.waiting_events()  # type: ignore[no-any-return]
 
     def marks(self) -> dict[tuple[str, int], PartitionMark]:
-        return {(t, p): PartitionMark(commit, None if position is None else tuple(position),
-                                      tuple(at), offset)
-                for t, p, commit, position, at, offset in self._window.marks()}
+        return {(t, p): mark_of(*native) for t, p, *native in self._window.marks()}
 
     def transactions(self) -> int:
         """How many transaction END records the state keeps."""

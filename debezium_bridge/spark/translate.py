@@ -58,6 +58,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 import msgspec
@@ -81,6 +82,7 @@ from debezium_bridge.core.windowed import (
 from debezium_bridge.core.windowed_native import (
     adopt_reference_state,
     is_native_state,
+    mark_of,
     mark_tuples,
     mismatch_letter,
     topology_args,
@@ -331,9 +333,7 @@ def _merged_marks(progress: ProgressTracker, native_marks: list[tuple[Any, ...]]
                   ) -> list[tuple[str, int, PartitionMark]]:
     """The marks of a task whose events were decoded by both decoders: the Python tracker's
     (every offset, the declined rows' events) merged with the native decoder's."""
-    theirs = {(t, p): PartitionMark(commit, None if position is None else tuple(position),
-                                    tuple(at), offset)
-              for t, p, commit, position, at, offset in native_marks}
+    theirs = {(t, p): mark_of(*native) for t, p, *native in native_marks}
     out = []
     for topic, partition, mark in progress.marks():
         other = theirs.get((topic, partition))
@@ -633,22 +633,33 @@ def _dead_rows(payloads: Iterable[bytes], encoder: _Encoder) -> list[Sequence[An
     return _columns([encoder.dead_row(_dead_decoder.decode(p)) for p in payloads], _NO_COUNTS)
 
 
-def _split_frames(frames: Iterator[Any], window: WindowState
-                  ) -> list[tuple[bytes, int, bytes | None]]:
-    """The events of one bucket's frames; progress and transaction END rows go to ``window``."""
-    payloads: list[tuple[bytes, int, bytes | None]] = []
+@dataclass(slots=True)
+class _BucketRows:
+    """One bucket's rows of a streaming micro-batch, by kind."""
+
+    events: list[tuple[bytes, int, bytes | None]] = field(default_factory=list)
+    """Staged event bytes, commit time (ms) and the SQL column types of its table."""
+    marks: list[tuple[str, int, PartitionMark]] = field(default_factory=list)
+    """The partition marks of the progress rows."""
+    ends: list[tuple[bytes, int, int]] = field(default_factory=list)
+    """Transaction END rows: commit LSN, event count, ms."""
+
+
+def _split_frames(frames: Iterator[Any]) -> _BucketRows:
+    """One bucket's frames (``applyInPandasWithState``) by kind of row."""
+    rows = _BucketRows()
     for frame in frames:
         for kind, payload, ms, columns in zip(frame["kind"].tolist(), frame["payload"],
                                               frame["commit_ms"].tolist(), frame["columns"],
                                               strict=True):
             if kind == EVENT_ROW:
-                payloads.append((payload, int(ms), columns))
+                rows.events.append((payload, int(ms), columns))
             elif kind == PROGRESS_ROW:
-                window.observe(marks_from_bytes(payload))
+                rows.marks += marks_from_bytes(payload)
             else:
                 commit, count = _tx_decoder.decode(payload)
-                window.add_transactions(((commit, count, int(ms)),))
-    return payloads
+                rows.ends.append((commit, count, int(ms)))
+    return rows
 
 
 def _learned(encoder: _Encoder, window: WindowState) -> bytes | None:
@@ -681,8 +692,10 @@ def _streaming_release(config: TranslateConfig, topology: Topology | None
                 # a state the native core wrote raises BridgeError naming translate.native
                 window = WindowState(core, stored, topology)
                 encoder.learn_stored(learned)  # the column types of the events that waited
-                payloads = _split_frames(frames, window)
-                window.add(_events(payloads, encoder), watermark)
+                rows = _split_frames(frames)
+                window.observe(rows.marks)
+                window.add_transactions(rows.ends)
+                window.add(_events(rows.events, encoder), watermark)
                 window.release(watermark)
                 # the partition marks stay even when nothing waits (replays, the watermark)
                 state.update((window.dump(), _learned(encoder, window)))
@@ -788,29 +801,6 @@ def _native_rows(out: Any, counts: Sequence[int], mismatches: list[Any], encoder
     return pa.concat_tables(parts)
 
 
-def _split_native_frames(frames: Iterator[Any]) -> tuple[list[bytes], list[int],
-                                                        list[tuple[Any, ...]],
-                                                        list[tuple[bytes, int, int]]]:
-    """A bucket's frames as the native window takes them: the events' staged bytes and commit
-    times, the partition marks of the progress rows, the transaction END rows."""
-    payloads: list[bytes] = []
-    commit_ms: list[int] = []
-    marks: list[tuple[Any, ...]] = []
-    ends_seen: list[tuple[bytes, int, int]] = []
-    for frame in frames:
-        for kind, payload, ms in zip(frame["kind"].tolist(), frame["payload"],
-                                     frame["commit_ms"].tolist(), strict=True):
-            if kind == EVENT_ROW:
-                payloads.append(payload)
-                commit_ms.append(int(ms))
-            elif kind == PROGRESS_ROW:
-                marks += mark_tuples(marks_from_bytes(payload))
-            else:
-                commit, count = _tx_decoder.decode(payload)
-                ends_seen.append((commit, count, int(ms)))
-    return payloads, commit_ms, marks, ends_seen
-
-
 def _native_streaming_release(config: TranslateConfig, topology: Topology | None
                               ) -> Callable[..., Iterator[Any]]:
     """The release step of a streaming DataFrame on the native core
@@ -840,16 +830,17 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
             return
         watermark = state.getCurrentWatermarkMs()
         stored = state.get[0] if state.exists else None
-        payloads, commit_ms, marks, ends_seen = _split_native_frames(frames)
+        rows = _split_frames(frames)
         try:
             if stored is not None and not is_native_state(stored):
                 window = adopt_reference_state(bytes(stored), pair, topology)
             else:
                 window = native.module().StreamRelease(
                     None if stored is None else bytes(stored), pair, partitions, ends)
-            window.push(pa.array(payloads, pa.binary()), pa.array(commit_ms, pa.int64()))
-            window.observe(marks)
-            window.add_transactions(ends_seen)
+            window.push(pa.array([e[0] for e in rows.events], pa.binary()),
+                        pa.array([e[1] for e in rows.events], pa.int64()))
+            window.observe(mark_tuples(rows.marks))
+            window.add_transactions(rows.ends)
             window.run(watermark)
             out, counts, mismatches = window.output()
             state.update((bytes(window.dump()), None))
