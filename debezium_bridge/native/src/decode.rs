@@ -466,10 +466,15 @@ impl Decoder {
         if payload == "null" {
             return Ok(false);
         }
-        if matches!(rows, Rows::Schemaless) && crate::dom::flat_object(payload, &self.opts, buf)? {
-            return Ok(true);
-        }
+        let start = buf.len();
         let mut ignored = Vec::new();
+        match crate::scan::image(payload, Self::mode(&rows), &self.opts, buf, &mut ignored) {
+            Ok(image) => return Ok(image.is_some()),
+            Err(Decline) => {
+                buf.truncate(start);
+                ignored.clear();
+            }
+        }
         let mut members = Vec::new();
         let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
         let image = crate::dom::image(
@@ -526,6 +531,24 @@ impl Decoder {
         let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
         let mut members = Vec::new();
         let mut unavailable: Vec<Box<str>> = Vec::new();
+        let mode = Self::mode(&rows);
+        match crate::scan::envelope(
+            payload,
+            mode,
+            &self.opts,
+            &mut buf,
+            &mut members,
+            &mut unavailable,
+        ) {
+            Ok(env) => {
+                return self.finish(input, env, rows, buf, members, unavailable, interner, false)
+            }
+            Err(Decline) => {
+                buf.clear();
+                members.clear();
+                unavailable.clear();
+            }
+        }
         let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
         let env = crate::dom::envelope(
             &doc,

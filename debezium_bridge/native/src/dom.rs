@@ -1,6 +1,7 @@
 //! Debezium JSON through sonic-rs's document parser (its fastest path: one SIMD pass that
 //! validates the text and builds an arena DOM), then one walk that writes the canonical row
-//! images — what msgspec writes for what msgspec read.
+//! images — what msgspec writes for what msgspec read. The usual envelope is read by
+//! [`crate::scan`] in one pass without a document; this walk reads what that reader declines.
 //!
 //! What the DOM cannot tell apart is declined (the reference decides): integral floats of
 //! 2^63 and more (integers beyond 64 bits come as floats), float zeros (sonic-rs reads `-0`,
@@ -14,7 +15,7 @@ use sonic_rs::{JsonContainerTrait, JsonNumberTrait, JsonType, JsonValueTrait, Va
 use std::borrow::Cow;
 
 #[inline]
-fn float_ok(v: f64) -> Result<f64> {
+pub(crate) fn float_ok(v: f64) -> Result<f64> {
     if !v.is_finite() || v == 0.0 || (v.fract() == 0.0 && v.abs() >= 9.223_372_036_854_776e18) {
         return Err(Decline);
     }
@@ -50,9 +51,7 @@ pub fn scalar<'v>(v: &'v Value, out: &mut Vec<u8>) -> Result<Scalar<'v>> {
         }
         ValueRef::Object(_) => {
             let mut names = Names::new();
-            object(v, out, &mut names, None, |_, value, out| {
-                write(value, out).map(|_| false)
-            })?;
+            object(v, out, &mut names, None, |_, value, out| write(value, out))?;
             Scalar::Nested(b'{')
         }
     })
@@ -99,7 +98,7 @@ impl Names {
 
     /// Records `out[start..end]`; `false` if the same bytes were recorded already.
     #[inline]
-    fn insert(&mut self, out: &[u8], start: usize, end: usize) -> bool {
+    pub(crate) fn insert(&mut self, out: &[u8], start: usize, end: usize) -> bool {
         let new = &out[start..end];
         let last = new.len().checked_sub(2).map_or(0, |i| new[i]); // (before the closing quote)
         let bit = 1u64
@@ -142,7 +141,7 @@ fn object<F>(
     mut value: F,
 ) -> Result<()>
 where
-    F: FnMut(&str, &Value, &mut Vec<u8>) -> Result<bool>,
+    F: FnMut(&str, &Value, &mut Vec<u8>) -> Result<()>,
 {
     names.clear();
     out.push(b'{');
@@ -170,78 +169,83 @@ where
     Ok(())
 }
 
-/// A flat schema-less object (a Kafka key such as `{"id":1}`) written canonically as [`image`]
-/// writes it in schema-less mode, without building a document: sonic-rs's lazy iterator checks
-/// the text as it goes (for a key of a few bytes the document's set-up cost ~2k instructions,
-/// measured with callgrind). `Ok(false)`: a member is an array or object; nothing is written
-/// and the caller takes the document path.
-pub fn flat_object(text: &str, opts: &Options, out: &mut Vec<u8>) -> Result<bool> {
-    let start = out.len();
-    let mut names = Names::new();
-    let mut end = text
-        .bytes()
-        .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        .map_or(text.len(), |i| i + 1);
-    out.push(b'{');
-    for (i, entry) in sonic_rs::to_object_iter(text).enumerate() {
-        let (key, item) = entry.map_err(|_| Decline)?;
-        let raw = item.as_raw_str();
-        end = raw.as_ptr() as usize - text.as_ptr() as usize + raw.len();
-        if i > 0 {
-            out.push(b',');
-        }
-        let name_start = out.len();
-        write_string(out, &key);
-        let name_end = out.len();
-        if !names.insert(out, name_start, name_end) {
-            return Err(Decline);
-        }
-        out.push(b':');
-        match raw.as_bytes().first() {
-            Some(b'{' | b'[') => {
-                out.truncate(start);
-                return Ok(false);
-            }
-            Some(b'n') => out.extend_from_slice(b"null"),
-            Some(b't') => out.extend_from_slice(b"true"),
-            Some(b'f') => out.extend_from_slice(b"false"),
-            Some(b'"') => {
-                let text = item.as_str().ok_or(Decline)?;
-                if *text == *opts.placeholder || *text == *opts.placeholder_b64 {
-                    out.extend_from_slice(b"null");
-                } else {
-                    write_string(out, text);
-                }
-            }
-            _ => lazy_number(raw)?.write(out),
-        }
-    }
-    let rest = text[end.min(text.len())..].trim_start_matches([' ', '\t', '\n', '\r']);
-    match rest.strip_prefix('}') {
-        Some(after) if after.trim_matches([' ', '\t', '\n', '\r']).is_empty() => {
-            out.push(b'}');
-            Ok(true)
-        }
-        _ => Err(Decline),
-    }
+/// How the members of one row image are written (by the document walk here and by the
+/// one-pass reader, `scan`): placeholders of unavailable columns become `null` and are listed in
+/// `gone`; with a schema, values go through their column's converter.
+pub struct ImageRows<'t> {
+    rows: RowMode<'t>,
+    hint: usize,
+    text_gone: Vec<usize>,
+    binary_gone: Vec<usize>,
 }
 
-/// A JSON number (validated text) as the document parser reads it: integers as `Int`/`UInt`,
-/// the rest as `Float`; `-0` and what [`float_ok`] refuses are declined.
-fn lazy_number(raw: &str) -> Result<Scalar<'static>> {
-    let bytes = raw.as_bytes();
-    if !bytes.iter().any(|&c| matches!(c, b'.' | b'e' | b'E')) {
-        if let Ok(i) = raw.parse::<i64>() {
-            if i == 0 && bytes.first() == Some(&b'-') {
-                return Err(Decline);
-            }
-            return Ok(Scalar::Int(i));
+impl<'t> ImageRows<'t> {
+    pub fn new(rows: RowMode<'t>) -> Self {
+        ImageRows {
+            rows,
+            hint: 0,
+            text_gone: Vec::new(),
+            binary_gone: Vec::new(),
         }
-        return raw.parse::<u64>().map(Scalar::UInt).map_err(|_| Decline);
     }
-    Ok(Scalar::Float(float_ok(
-        raw.parse::<f64>().map_err(|_| Decline)?,
-    )?))
+
+    /// Writes the value of member `name` (nested values are written already).
+    pub fn value(
+        &mut self,
+        name: &str,
+        s: Scalar<'_>,
+        opts: &Options,
+        out: &mut Vec<u8>,
+        gone: &mut Vec<Box<str>>,
+    ) -> Result<()> {
+        match self.rows {
+            RowMode::Schemaless => {
+                if let Scalar::Str(text) = &s {
+                    if **text == *opts.placeholder || **text == *opts.placeholder_b64 {
+                        out.extend_from_slice(b"null");
+                        let name: Box<str> = name.into();
+                        if !gone.contains(&name) {
+                            gone.push(name);
+                        }
+                        return Ok(());
+                    }
+                }
+                s.write(out);
+            }
+            RowMode::Table(table) => {
+                let Some(i) = table.find(name, self.hint) else {
+                    s.write(out);
+                    return Ok(());
+                };
+                self.hint = i + 1;
+                let col = &table.columns[i];
+                if schema::convert(col, s, opts, out)? {
+                    if col.marker == schema::Marker::Text {
+                        self.text_gone.push(i);
+                    } else {
+                        self.binary_gone.push(i);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists the unavailable columns of a schema-ful image (text then binary columns, each in
+    /// schema order, as the reference lists them).
+    pub fn finish(mut self, gone: &mut Vec<Box<str>>) {
+        let RowMode::Table(table) = self.rows else {
+            return;
+        };
+        self.text_gone.sort_unstable();
+        self.binary_gone.sort_unstable();
+        for i in self.text_gone.into_iter().chain(self.binary_gone) {
+            let name: Box<str> = table.columns[i].name.as_str().into();
+            if !gone.contains(&name) {
+                gone.push(name);
+            }
+        }
+    }
 }
 
 /// A row image: canonical JSON appended to `out`, its members to `members`, unavailable
@@ -263,56 +267,12 @@ pub fn image(
     let start = out.len();
     let first_member = members.len();
     let mut names = Names::new();
-    match rows {
-        RowMode::Schemaless => {
-            object(v, out, &mut names, Some(members), |name, value, out| {
-                let s = scalar(value, out)?;
-                if let Scalar::Str(text) = &s {
-                    if **text == *opts.placeholder || **text == *opts.placeholder_b64 {
-                        out.extend_from_slice(b"null");
-                        let name: Box<str> = name.into();
-                        if !gone.contains(&name) {
-                            gone.push(name);
-                        }
-                        return Ok(true);
-                    }
-                }
-                s.write(out);
-                Ok(false)
-            })?;
-        }
-        RowMode::Table(table) => {
-            let mut text_gone: Vec<usize> = Vec::new();
-            let mut binary_gone: Vec<usize> = Vec::new();
-            let mut hint = 0usize;
-            object(v, out, &mut names, Some(members), |name, value, out| {
-                let Some(i) = table.find(name, hint) else {
-                    write(value, out)?;
-                    return Ok(false);
-                };
-                hint = i + 1;
-                let col = &table.columns[i];
-                let s = scalar(value, out)?;
-                let is_gone = schema::convert(col, s, opts, out)?;
-                if is_gone {
-                    if col.marker == schema::Marker::Text {
-                        text_gone.push(i);
-                    } else {
-                        binary_gone.push(i);
-                    }
-                }
-                Ok(is_gone)
-            })?;
-            text_gone.sort_unstable();
-            binary_gone.sort_unstable();
-            for i in text_gone.into_iter().chain(binary_gone) {
-                let name: Box<str> = table.columns[i].name.as_str().into();
-                if !gone.contains(&name) {
-                    gone.push(name);
-                }
-            }
-        }
-    }
+    let mut writer = ImageRows::new(rows);
+    object(v, out, &mut names, Some(members), |name, value, out| {
+        let s = scalar(value, out)?;
+        writer.value(name, s, opts, out, gone)
+    })?;
+    writer.finish(gone);
     Ok(Some(ImageAt {
         span: (start as u32, out.len() as u32),
         members: (first_member as u32, members.len() as u32),
@@ -482,67 +442,7 @@ pub fn envelope<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::{flat_object, image, Names};
-    use crate::parse::RowMode;
-    use crate::schema::{BinaryMode, Options};
-
-    #[test]
-    fn flat_keys_as_the_document_walk_writes_them() {
-        let opts = Options::new("__debezium_unavailable_value", BinaryMode::Bytes);
-        let texts = [
-            r#"{"id":1}"#,
-            r#" { "id" : -12 , "name" : "a\"b\\c\u0001\n" } "#,
-            r#"{"k":"ölçü 日本","x":1.5,"y":1e3,"z":18446744073709551615,"t":true,"f":false,"n":null}"#,
-            r#"{"p":"__debezium_unavailable_value","e\u00e9":2}"#,
-            r#"{}"#,
-            r#"{"a":1,"a":2}"#,
-            r#"{"a":1} x"#,
-            r#"{"a":1,}"#,
-            r#"{"a":-0}"#,
-            r#"{"a":0.0}"#,
-            r#"{"a":123456789012345678901234567890}"#,
-            r#"{"a":"\ud800"}"#,
-            r#"{"a":[1,2]}"#,
-            r#"{"a":{"b":1}}"#,
-        ];
-        for text in texts {
-            let mut lazy = Vec::new();
-            let lazy_result = flat_object(text, &opts, &mut lazy);
-            let mut walked = Vec::new();
-            let walk_result = sonic_rs::from_str::<sonic_rs::Value>(text)
-                .map_err(|_| crate::value::Decline)
-                .and_then(|doc| {
-                    image(
-                        &doc,
-                        RowMode::Schemaless,
-                        &opts,
-                        &mut walked,
-                        &mut Vec::new(),
-                        &mut Vec::new(),
-                    )
-                });
-            match lazy_result {
-                Ok(true) => assert_eq!(
-                    (String::from_utf8_lossy(&lazy), walk_result.is_ok()),
-                    (String::from_utf8_lossy(&walked), true),
-                    "{text}"
-                ),
-                Ok(false) => assert!(lazy.is_empty(), "{text}"), // nested: the walk decides
-                // declined: the reference decides (the walk may accept what it reads alike)
-                Err(_) => {}
-            }
-        }
-        // not JSON, or a repeated name: never written
-        for bad in [
-            r#"{"a":1} x"#,
-            r#"{"a":1,}"#,
-            r#"{"a":1,"a":2}"#,
-            r#"{"a":01}"#,
-            r#"{"a":"x"#,
-        ] {
-            assert!(flat_object(bad, &opts, &mut Vec::new()).is_err(), "{bad}");
-        }
-    }
+    use super::Names;
 
     #[test]
     fn names_find_every_repeat() {

@@ -43,16 +43,28 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Whether a word holds a byte below 0x20, a quote or a backslash (SWAR).
+/// The high bit of each byte of a word that is below 0x20, a quote or a backslash (SWAR); the
+/// lowest set bit marks the first such byte exactly (false marks appear only above a true one).
 #[inline]
-fn word_needs_escape(w: u64) -> bool {
+pub(crate) fn escape_mask(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below = w.wrapping_sub(ONES * 0x20) & !w;
     let quote = w ^ (ONES * b'"' as u64);
     let slash = w ^ (ONES * b'\\' as u64);
-    ((below | (quote.wrapping_sub(ONES) & !quote) | (slash.wrapping_sub(ONES) & !slash)) & HIGH)
-        != 0
+    (below | (quote.wrapping_sub(ONES) & !quote) | (slash.wrapping_sub(ONES) & !slash)) & HIGH
+}
+
+/// Whether a word holds a byte below 0x20, a quote or a backslash.
+#[inline]
+fn word_needs_escape(w: u64) -> bool {
+    escape_mask(w) != 0
+}
+
+/// Whether a byte is below 0x20, a quote or a backslash.
+#[inline]
+pub(crate) fn byte_needs_escape(b: u8) -> bool {
+    ESCAPE[b as usize] != 0
 }
 
 /// The escaped body of a JSON string (no quotes); `s` is UTF-8.

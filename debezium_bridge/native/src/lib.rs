@@ -9,6 +9,8 @@
 //! * [`value`]: input JSON values → canonical bytes, Python equality on them;
 //! * [`schema`]: Connect row schemas compiled to checks and converters (logical types);
 //! * [`avro`]: Confluent Avro writer schemas compiled to readers of envelopes and keys;
+//! * [`scan`]: Debezium JSON envelopes and keys read in one pass (the usual case);
+//! * [`dom`]: the same through sonic-rs's document (what `scan` declines);
 //! * [`decode`]: Debezium envelopes and keys → [`event::Event`];
 //! * [`core`]: replay dedupe, ordering, release, pairing, canonical JSON lines;
 //! * `py` (feature `python`): the extension module `debezium_bridge._native`.
@@ -29,6 +31,7 @@ pub mod event;
 pub mod jsonw;
 pub mod lsn;
 pub(crate) mod parse;
+pub mod scan;
 pub mod schema;
 pub mod stream;
 pub mod value;
