@@ -201,6 +201,11 @@ pub struct Input<'a> {
 
 const WITH_SCHEMA: &[u8] = b"{\"schema\":";
 
+/// A searcher for a `"payload"` member name, built once (`str::contains` sets up a searcher
+/// per call: ~200 instructions per key).
+static PAYLOAD_NAME: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"payload\""));
+
 /// Nesting deeper than this is left to the reference (the parsers here recurse).
 const MAX_DEPTH: usize = 64;
 
@@ -242,6 +247,16 @@ fn nests_within(text: &[u8], max: usize) -> bool {
         }
     }
     true
+}
+
+/// A JSON text as sonic-rs's document (for what [`crate::scan`] declines; that reader never
+/// descends more than two levels, the document parser and its walk recurse): text nesting
+/// deeper than `max` is the reference's.
+fn document(text: &str, max: usize) -> Result<sonic_rs::Value> {
+    if !nests_within(text.as_bytes(), max) {
+        return Err(Decline);
+    }
+    sonic_rs::from_str(text).map_err(|_| Decline)
 }
 
 impl Decoder {
@@ -381,14 +396,9 @@ impl Decoder {
                 && value.last() == Some(&b'}')
             {
                 let rows = rows.clone().ok_or(Decline)?;
-                // the prefix (the schema part) came from a value that nested within
-                // MAX_DEPTH; the payload sits one level inside the outer object, so only the
-                // payload is scanned (a schema part holds hundreds of brackets, which made
-                // every scan of the whole value a byte-by-byte one)
+                // (the nesting of the payload is checked before the document is built:
+                // see `document`)
                 let body = &value[prefix.len()..value.len() - 1];
-                if !nests_within(body, MAX_DEPTH - 1) {
-                    return Err(Decline);
-                }
                 let payload = simdutf8::basic::from_utf8(body).map_err(|_| Decline)?;
                 return Ok((
                     rows,
@@ -432,6 +442,14 @@ impl Decoder {
         Ok((rows.ok_or(Decline)?, payload_raw))
     }
 
+    /// How deep a payload may nest: a schema-ful one sits one level inside its value.
+    fn depth_left(rows: &Rows) -> usize {
+        match rows {
+            Rows::Schemaless => MAX_DEPTH,
+            Rows::Table(_) => MAX_DEPTH - 1,
+        }
+    }
+
     fn mode(rows: &Rows) -> RowMode<'_> {
         match rows {
             Rows::Schemaless => RowMode::Schemaless,
@@ -445,20 +463,18 @@ impl Decoder {
         if raw.first() == Some(&0) {
             return Err(Decline); // Confluent Avro keys: see the Avro decoder
         }
-        let (rows, payload) = if raw.starts_with(WITH_SCHEMA) {
-            self.split(topic_id, raw, true)? // (checks the nesting)
+        let bare = !raw.starts_with(WITH_SCHEMA);
+        let (rows, payload) = if !bare {
+            self.split(topic_id, raw, true)?
         } else {
-            if !shallow(raw) {
-                return Err(Decline);
-            }
             let text = simdutf8::basic::from_utf8(raw).map_err(|_| Decline)?;
             let text = text.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r');
             if text == "null" {
                 return Ok(false);
             }
-            // `{schema, payload}` in another order and Avro-JSON wrapped values (a nested
-            // object) are the reference's
-            if !text.starts_with('{') || text.contains("\"payload\"") || text.contains(":{") {
+            // `{schema, payload}` in another order is the reference's (and so are Avro-JSON
+            // wrapped values, nested objects: see below)
+            if !text.starts_with('{') || PAYLOAD_NAME.find(text.as_bytes()).is_some() {
                 return Err(Decline);
             }
             (Rows::Schemaless, text)
@@ -475,8 +491,11 @@ impl Decoder {
                 ignored.clear();
             }
         }
+        if bare && payload.contains(":{") {
+            return Err(Decline);
+        }
         let mut members = Vec::new();
-        let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let doc = document(payload, Self::depth_left(&rows))?;
         let image = crate::dom::image(
             &doc,
             Self::mode(&rows),
@@ -518,18 +537,15 @@ impl Decoder {
         }
         // (CES events have no `op`: they are declined below and go through the assembler)
         let (rows, payload) = if value.starts_with(WITH_SCHEMA) {
-            self.split(input.topic_id, value, false)? // (checks the nesting)
+            self.split(input.topic_id, value, false)?
         } else {
-            if !shallow(value) {
-                return Err(Decline);
-            }
             (
                 Rows::Schemaless,
                 simdutf8::basic::from_utf8(value).map_err(|_| Decline)?,
             )
         };
         let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(16);
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let mode = Self::mode(&rows);
         match crate::scan::envelope(
@@ -549,7 +565,7 @@ impl Decoder {
                 unavailable.clear();
             }
         }
-        let doc: sonic_rs::Value = sonic_rs::from_str(payload).map_err(|_| Decline)?;
+        let doc = document(payload, Self::depth_left(&rows))?;
         let env = crate::dom::envelope(
             &doc,
             Self::mode(&rows),
