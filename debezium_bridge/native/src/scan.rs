@@ -277,7 +277,8 @@ impl<'a> Cursor<'a> {
     /// `f64` range or a bad escape is not JSON to it).
     fn skip(&mut self) -> Result<()> {
         match self.atom()? {
-            Atom::Num(raw, integer) => {
+            // (an integer of up to 19 digits is always read: no need to convert it)
+            Atom::Num(raw, integer) if !(integer && raw.len() <= 19) => {
                 number(raw, integer)?;
             }
             Atom::Str(q) if q.escaped => {
@@ -357,6 +358,11 @@ impl<'a> Cursor<'a> {
                 {
                     // no escapes, no control characters: written as it was read
                     out.extend_from_slice(&self.bytes[q.open..=q.close]);
+                }
+                Atom::Num(raw, true) if schemaless && raw.len() <= 18 && raw != "-0" => {
+                    // an integer within i64 (no leading zeros, no `+`): its canonical text is
+                    // the text itself
+                    out.extend_from_slice(raw.as_bytes());
                 }
                 atom => {
                     let s = match atom {
