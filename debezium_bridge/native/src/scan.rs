@@ -15,7 +15,7 @@
 //! proptest checks both on generated and mutated envelopes). The caller has checked that the
 //! text is UTF-8.
 
-use crate::dom::{float_ok, Envelope, ImageRows, Names, Source, Tx};
+use crate::dom::{envelope_bit, float_ok, source_bit, Envelope, ImageRows, Names, Source, Tx};
 use crate::jsonw;
 use crate::parse::{ImageAt, RowMode};
 use crate::schema::{Options, Scalar};
@@ -400,20 +400,7 @@ impl<'a> Cursor<'a> {
         let mut seen = 0u16;
         let mut more = self.open_object()?;
         while more {
-            let bit: u16 = match self.plain_name()? {
-                b"version" => 1,
-                b"connector" => 2,
-                b"name" => 4,
-                b"ts_ms" => 8,
-                b"snapshot" => 16,
-                b"db" => 32,
-                b"schema" => 64,
-                b"table" => 128,
-                b"change_lsn" => 256,
-                b"commit_lsn" => 512,
-                b"event_serial_no" => 1024,
-                _ => 0,
-            };
+            let bit = source_bit(self.plain_name()?);
             if seen & bit != 0 {
                 return Err(Decline);
             }
@@ -530,15 +517,7 @@ pub fn envelope<'a>(
     let mut seen = 0u8;
     let mut more = c.open_object()?;
     while more {
-        let bit: u8 = match c.plain_name()? {
-            b"before" => 1,
-            b"after" => 2,
-            b"source" => 4,
-            b"op" => 8,
-            b"ts_ms" => 16,
-            b"transaction" => 32,
-            _ => 0,
-        };
+        let bit = envelope_bit(c.plain_name()?);
         if seen & bit != 0 {
             return Err(Decline);
         }
