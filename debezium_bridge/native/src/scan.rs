@@ -390,6 +390,32 @@ impl<'a> Cursor<'a> {
         }))
     }
 
+    /// The members of an object: each name's bit from `bit_of` (0: a member not read, skipped;
+    /// a bit met twice: declined), `read` reads the value of the others.
+    #[inline(always)]
+    fn members(
+        &mut self,
+        bit_of: impl Fn(&[u8]) -> u16,
+        mut read: impl FnMut(&mut Self, u16) -> Result<()>,
+    ) -> Result<()> {
+        let mut seen = 0u16;
+        let mut more = self.open_object()?;
+        while more {
+            let bit = bit_of(self.plain_name()?);
+            if seen & bit != 0 {
+                return Err(Decline);
+            }
+            seen |= bit;
+            if bit == 0 {
+                self.skip()?;
+            } else {
+                read(self, bit)?;
+            }
+            more = self.next_member()?;
+        }
+        Ok(())
+    }
+
     /// The `source` block (or `null`).
     fn source(&mut self) -> Result<Option<Source<'a>>> {
         if self.peek()? == b'n' {
@@ -397,37 +423,29 @@ impl<'a> Cursor<'a> {
             return Ok(None);
         }
         let mut s = Source::default();
-        let mut seen = 0u16;
-        let mut more = self.open_object()?;
-        while more {
-            let bit = source_bit(self.plain_name()?);
-            if seen & bit != 0 {
-                return Err(Decline);
-            }
-            seen |= bit;
+        self.members(source_bit, |c, bit| {
             match bit {
-                0 => self.skip()?,
-                1 => s.version = self.opt_str()?,
-                2 => s.connector = self.opt_str()?,
-                4 => s.name = self.opt_str()?,
-                8 => s.ts_ms = self.strict_int()?,
+                1 => s.version = c.opt_str()?,
+                2 => s.connector = c.opt_str()?,
+                4 => s.name = c.opt_str()?,
+                8 => s.ts_ms = c.strict_int()?,
                 16 => {
-                    s.snapshot = match self.atom()? {
+                    s.snapshot = match c.atom()? {
                         Atom::Null => None,
                         Atom::Bool(b) => Some(Err(b)),
-                        Atom::Str(q) if !q.escaped => Some(Ok(self.body(q))),
+                        Atom::Str(q) if !q.escaped => Some(Ok(c.body(q))),
                         _ => return Err(Decline),
                     }
                 }
-                32 => s.db = self.opt_str()?,
-                64 => s.schema = self.opt_str()?,
-                128 => s.table = self.opt_str()?,
-                256 => s.change_lsn = self.opt_str()?,
-                512 => s.commit_lsn = self.opt_str()?,
-                _ => s.event_serial_no = self.strict_int()?,
+                32 => s.db = c.opt_str()?,
+                64 => s.schema = c.opt_str()?,
+                128 => s.table = c.opt_str()?,
+                256 => s.change_lsn = c.opt_str()?,
+                512 => s.commit_lsn = c.opt_str()?,
+                _ => s.event_serial_no = c.strict_int()?,
             }
-            more = self.next_member()?;
-        }
+            Ok(())
+        })?;
         Ok(Some(s))
     }
 
@@ -514,25 +532,20 @@ pub fn envelope<'a>(
 ) -> Result<Envelope<'a>> {
     let mut c = Cursor::new(text);
     let mut env = Envelope::default();
-    let mut seen = 0u8;
-    let mut more = c.open_object()?;
-    while more {
-        let bit = envelope_bit(c.plain_name()?);
-        if seen & bit != 0 {
-            return Err(Decline);
-        }
-        seen |= bit;
-        match bit {
-            0 => c.skip()?,
-            1 => env.before = c.image(rows, opts, out, Some(members), gone)?,
-            2 => env.after = c.image(rows, opts, out, Some(members), gone)?,
-            4 => env.source = c.source()?,
-            8 => env.op = c.opt_str()?,
-            16 => env.ts_ms = c.strict_int()?,
-            _ => env.transaction = c.transaction()?,
-        }
-        more = c.next_member()?;
-    }
+    c.members(
+        |name| u16::from(envelope_bit(name)),
+        |c, bit| {
+            match bit {
+                1 => env.before = c.image(rows, opts, out, Some(members), gone)?,
+                2 => env.after = c.image(rows, opts, out, Some(members), gone)?,
+                4 => env.source = c.source()?,
+                8 => env.op = c.opt_str()?,
+                16 => env.ts_ms = c.strict_int()?,
+                _ => env.transaction = c.transaction()?,
+            }
+            Ok(())
+        },
+    )?;
     c.end()?;
     Ok(env)
 }
