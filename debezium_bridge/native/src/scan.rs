@@ -10,7 +10,8 @@
 //!
 //! What connectors write is read here; the rest is declined and read through the document
 //! (`dom`), which decides: nested values (arrays, objects in images or anywhere else), escapes
-//! in member names outside images or in `source`/`op`/`transaction` strings. Text this reader
+//! in member names outside images or in `source`/`op`/`transaction` strings, exponents of more
+//! than four digits (sonic-rs reads those differently). Text this reader
 //! accepts is valid JSON and comes out byte for byte as the document walk writes it (a
 //! proptest checks both on generated and mutated envelopes). The caller has checked that the
 //! text is UTF-8.
@@ -22,7 +23,6 @@ use crate::schema::{Options, Scalar};
 use crate::value::{unescape, Decline, Member, Result};
 use std::borrow::Cow;
 
-/// A JSON value at the cursor that is not an array or object.
 /// Where a string sits in the text: its quotes at `open` and `close`.
 #[derive(Clone, Copy)]
 struct Quoted {
@@ -31,6 +31,7 @@ struct Quoted {
     escaped: bool,
 }
 
+/// A JSON value at the cursor that is not an array or object.
 enum Atom<'a> {
     Null,
     Bool(bool),
@@ -456,24 +457,27 @@ impl<'a> Cursor<'a> {
             return Ok(None);
         }
         let (mut id, mut total, mut dco) = (None, None, None);
-        let mut more = self.open_object()?;
-        while more {
-            match self.plain_name()? {
-                b"id" if id.is_none() => match self.atom()? {
-                    Atom::Str(q) if !q.escaped => id = Some(self.body(q)),
+        let bit_of = |name: &[u8]| match name {
+            b"id" => 1,
+            b"total_order" => 2,
+            b"data_collection_order" => 4,
+            _ => 0,
+        };
+        self.members(bit_of, |c, bit| {
+            match bit {
+                1 => match c.atom()? {
+                    Atom::Str(q) if !q.escaped => id = Some(c.body(q)),
                     _ => return Err(Decline),
                 },
-                b"total_order" if total.is_none() => total = Some(self.strict_int()?),
-                b"data_collection_order" if dco.is_none() => dco = Some(self.strict_int()?),
-                b"id" | b"total_order" | b"data_collection_order" => return Err(Decline),
-                _ => self.skip()?,
+                2 => total = c.strict_int()?,
+                _ => dco = c.strict_int()?,
             }
-            more = self.next_member()?;
-        }
+            Ok(())
+        })?;
         Ok(Some(Tx {
             id: id.ok_or(Decline)?,
-            total_order: total.flatten(),
-            data_collection_order: dco.flatten(),
+            total_order: total,
+            data_collection_order: dco,
         }))
     }
 }
