@@ -80,7 +80,18 @@ fn opt_int(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
 
 /// `RawRecord` (the package's own record, a `msgspec.Struct`) and `msgspec.structs.astuple`,
 /// which reads all its fields in one call (six attribute lookups cost ~1.4k instructions per
-/// record, callgrind 2026-11-25; `astuple` about a quarter of that).
+/// record, callgrind 2026-11-25; `astuple` about a quarter of that). Only while its fields are
+/// the ones [`fields`] reads by position; otherwise `None` (attributes are read by name).
+const RAW_RECORD_FIELDS: [&str; 7] = [
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "key",
+    "value",
+    "headers",
+];
+
 static RAW_RECORD: pyo3::sync::PyOnceLock<Option<(Py<PyAny>, Py<PyAny>)>> =
     pyo3::sync::PyOnceLock::new();
 
@@ -91,6 +102,14 @@ fn raw_record(py: Python<'_>) -> Option<&(Py<PyAny>, Py<PyAny>)> {
                 .import("debezium_bridge.model.records")
                 .and_then(|m| m.getattr("RawRecord"))
                 .ok()?;
+            let names: Vec<String> = record_type
+                .getattr("__struct_fields__")
+                .ok()?
+                .extract()
+                .ok()?;
+            if names != RAW_RECORD_FIELDS {
+                return None;
+            }
             let astuple = py
                 .import("msgspec.structs")
                 .and_then(|m| m.getattr("astuple"))
@@ -103,7 +122,7 @@ fn raw_record(py: Python<'_>) -> Option<&(Py<PyAny>, Py<PyAny>)> {
 fn fields<'py>(py: Python<'py>, record: &Bound<'py, PyAny>) -> PyResult<Fields<'py>> {
     if let Some((record_type, astuple)) = raw_record(py) {
         if record.get_type().is(record_type.bind(py)) {
-            // (topic, partition, offset, timestamp, key, value, headers)
+            // in the order of RAW_RECORD_FIELDS
             let all = astuple.bind(py).call1((record,))?;
             let all = all.cast_into::<PyTuple>()?;
             let key = all.get_item(4)?;
