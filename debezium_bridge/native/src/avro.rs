@@ -993,8 +993,7 @@ impl AvroValue {
     ) -> Result<crate::parse::ImageAt> {
         let start = out.len();
         let first_member = members.len();
-        let mut text_gone: Vec<usize> = Vec::new();
-        let mut binary_gone: Vec<usize> = Vec::new();
+        let mut table_gone = crate::dom::GoneColumns::default();
         out.push(b'{');
         let fields = &self.parsed.records[self.row].fields;
         let columns = fields.iter().zip(&self.table.columns).zip(&self.names);
@@ -1048,11 +1047,7 @@ impl AvroValue {
                 }
             };
             if is_gone {
-                if col.marker == schema::Marker::Text {
-                    text_gone.push(i);
-                } else {
-                    binary_gone.push(i);
-                }
+                table_gone.note(i, col.marker);
             }
             members.push(Member {
                 name: (name_start as u32 + 1, name_end as u32 - 1),
@@ -1060,12 +1055,7 @@ impl AvroValue {
             });
         }
         out.push(b'}');
-        for i in text_gone.into_iter().chain(binary_gone) {
-            let name: Box<str> = self.table.columns[i].name.as_str().into();
-            if !gone.contains(&name) {
-                gone.push(name);
-            }
-        }
+        table_gone.finish(&self.table, gone);
         Ok(crate::parse::ImageAt {
             span: (start as u32, out.len() as u32),
             members: (first_member as u32, members.len() as u32),

@@ -568,7 +568,7 @@ impl Decoder {
         let doc = document(payload, Self::depth_left(&rows))?;
         let env = crate::dom::envelope(
             &doc,
-            Self::mode(&rows),
+            mode,
             &self.opts,
             &mut buf,
             &mut members,

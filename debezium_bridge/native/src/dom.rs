@@ -169,14 +169,44 @@ where
     Ok(())
 }
 
+/// The unavailable columns of one schema-ful image, listed as the reference lists them: text
+/// then binary columns, each in schema order (shared by the JSON readers and the Avro reader).
+#[derive(Default)]
+pub struct GoneColumns {
+    text: Vec<usize>,
+    binary: Vec<usize>,
+}
+
+impl GoneColumns {
+    /// Column `i` of the table held a placeholder.
+    pub fn note(&mut self, i: usize, marker: schema::Marker) {
+        if marker == schema::Marker::Text {
+            self.text.push(i);
+        } else {
+            self.binary.push(i);
+        }
+    }
+
+    /// Adds the noted columns' names to `gone` (once each).
+    pub fn finish(mut self, table: &schema::Table, gone: &mut Vec<Box<str>>) {
+        self.text.sort_unstable();
+        self.binary.sort_unstable();
+        for i in self.text.into_iter().chain(self.binary) {
+            let name: Box<str> = table.columns[i].name.as_str().into();
+            if !gone.contains(&name) {
+                gone.push(name);
+            }
+        }
+    }
+}
+
 /// How the members of one row image are written (by the document walk here and by the
 /// one-pass reader, `scan`): placeholders of unavailable columns become `null` and are listed in
 /// `gone`; with a schema, values go through their column's converter.
 pub struct ImageRows<'t> {
     rows: RowMode<'t>,
     hint: usize,
-    text_gone: Vec<usize>,
-    binary_gone: Vec<usize>,
+    table_gone: GoneColumns,
 }
 
 impl<'t> ImageRows<'t> {
@@ -184,8 +214,7 @@ impl<'t> ImageRows<'t> {
         ImageRows {
             rows,
             hint: 0,
-            text_gone: Vec::new(),
-            binary_gone: Vec::new(),
+            table_gone: GoneColumns::default(),
         }
     }
 
@@ -220,30 +249,17 @@ impl<'t> ImageRows<'t> {
                 self.hint = i + 1;
                 let col = &table.columns[i];
                 if schema::convert(col, s, opts, out)? {
-                    if col.marker == schema::Marker::Text {
-                        self.text_gone.push(i);
-                    } else {
-                        self.binary_gone.push(i);
-                    }
+                    self.table_gone.note(i, col.marker);
                 }
             }
         }
         Ok(())
     }
 
-    /// Lists the unavailable columns of a schema-ful image (text then binary columns, each in
-    /// schema order, as the reference lists them).
-    pub fn finish(mut self, gone: &mut Vec<Box<str>>) {
-        let RowMode::Table(table) = self.rows else {
-            return;
-        };
-        self.text_gone.sort_unstable();
-        self.binary_gone.sort_unstable();
-        for i in self.text_gone.into_iter().chain(self.binary_gone) {
-            let name: Box<str> = table.columns[i].name.as_str().into();
-            if !gone.contains(&name) {
-                gone.push(name);
-            }
+    /// Lists the unavailable columns of a schema-ful image.
+    pub fn finish(self, gone: &mut Vec<Box<str>>) {
+        if let RowMode::Table(table) = self.rows {
+            self.table_gone.finish(table, gone);
         }
     }
 }

@@ -623,65 +623,56 @@ mod tests {
         )
     }
 
-    fn scanned(text: &str) -> Result<String> {
+    fn scanned_with(text: &str, rows: RowMode<'_>, opts: &Options) -> Result<String> {
         let (mut out, mut members, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-        let env = envelope(
-            text,
-            RowMode::Schemaless,
-            &opts(),
-            &mut out,
-            &mut members,
-            &mut gone,
-        )?;
+        let env = envelope(text, rows, opts, &mut out, &mut members, &mut gone)?;
         Ok(shown(&env, &out, &members, &gone))
+    }
+
+    fn walked_with(text: &str, rows: RowMode<'_>, opts: &Options) -> Result<String> {
+        let doc: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| crate::value::Decline)?;
+        let (mut out, mut members, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        let env = dom::envelope(&doc, rows, opts, &mut out, &mut members, &mut gone)?;
+        Ok(shown(&env, &out, &members, &gone))
+    }
+
+    /// What a key reader made of a text: the image's span, the written image, the unavailable
+    /// columns.
+    fn shown_image(at: Option<crate::parse::ImageAt>, out: &[u8], gone: &[Box<str>]) -> String {
+        format!(
+            "{:?} {} {gone:?}",
+            at.map(|a| a.span),
+            String::from_utf8_lossy(out)
+        )
+    }
+
+    fn image_scanned_with(text: &str, rows: RowMode<'_>, opts: &Options) -> Result<String> {
+        let (mut out, mut gone) = (Vec::new(), Vec::new());
+        let at = image(text, rows, opts, &mut out, &mut gone)?;
+        Ok(shown_image(at, &out, &gone))
+    }
+
+    fn image_walked_with(text: &str, rows: RowMode<'_>, opts: &Options) -> Result<String> {
+        let doc: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| crate::value::Decline)?;
+        let (mut out, mut gone) = (Vec::new(), Vec::new());
+        let at = dom::image(&doc, rows, opts, &mut out, &mut Vec::new(), &mut gone)?;
+        Ok(shown_image(at, &out, &gone))
+    }
+
+    fn scanned(text: &str) -> Result<String> {
+        scanned_with(text, RowMode::Schemaless, &opts())
     }
 
     fn walked(text: &str) -> Result<String> {
-        let doc: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| crate::value::Decline)?;
-        let (mut out, mut members, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-        let env = dom::envelope(
-            &doc,
-            RowMode::Schemaless,
-            &opts(),
-            &mut out,
-            &mut members,
-            &mut gone,
-        )?;
-        Ok(shown(&env, &out, &members, &gone))
+        walked_with(text, RowMode::Schemaless, &opts())
     }
 
     fn image_scanned(text: &str) -> Result<String> {
-        let mut out = Vec::new();
-        let at = image(
-            text,
-            RowMode::Schemaless,
-            &opts(),
-            &mut out,
-            &mut Vec::new(),
-        )?;
-        Ok(format!(
-            "{:?} {}",
-            at.map(|a| a.span),
-            String::from_utf8_lossy(&out)
-        ))
+        image_scanned_with(text, RowMode::Schemaless, &opts())
     }
 
     fn image_walked(text: &str) -> Result<String> {
-        let doc: sonic_rs::Value = sonic_rs::from_str(text).map_err(|_| crate::value::Decline)?;
-        let mut out = Vec::new();
-        let at = dom::image(
-            &doc,
-            RowMode::Schemaless,
-            &opts(),
-            &mut out,
-            &mut Vec::new(),
-            &mut Vec::new(),
-        )?;
-        Ok(format!(
-            "{:?} {}",
-            at.map(|a| a.span),
-            String::from_utf8_lossy(&out)
-        ))
+        image_walked_with(text, RowMode::Schemaless, &opts())
     }
 
     /// Accepted by the one-pass reader: accepted alike by the document walk.
@@ -912,33 +903,11 @@ mod tests {
         rows: RowMode<'_>,
         opts: &Options,
     ) -> std::result::Result<(), TestCaseError> {
-        let (mut out, mut members, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-        if let Ok(env) = envelope(text, rows, opts, &mut out, &mut members, &mut gone) {
-            let scan = shown(&env, &out, &members, &gone);
-            let doc: sonic_rs::Value = sonic_rs::from_str(text).expect(text);
-            let (mut out, mut members, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-            let walked = dom::envelope(&doc, rows, opts, &mut out, &mut members, &mut gone)
-                .map(|env| shown(&env, &out, &members, &gone));
-            prop_assert_eq!(Ok(scan), walked, "{}", text);
+        if let Ok(scan) = scanned_with(text, rows, opts) {
+            prop_assert_eq!(Ok(scan), walked_with(text, rows, opts), "{}", text);
         }
-        let (mut out, mut gone) = (Vec::new(), Vec::new());
-        if let Ok(at) = image(text, rows, opts, &mut out, &mut gone) {
-            let scan = format!(
-                "{:?} {} {gone:?}",
-                at.map(|a| a.span),
-                String::from_utf8_lossy(&out)
-            );
-            let doc: sonic_rs::Value = sonic_rs::from_str(text).expect(text);
-            let (mut out, mut gone) = (Vec::new(), Vec::new());
-            let walked =
-                dom::image(&doc, rows, opts, &mut out, &mut Vec::new(), &mut gone).map(|at| {
-                    format!(
-                        "{:?} {} {gone:?}",
-                        at.map(|a| a.span),
-                        String::from_utf8_lossy(&out)
-                    )
-                });
-            prop_assert_eq!(Ok(scan), walked, "{}", text);
+        if let Ok(scan) = image_scanned_with(text, rows, opts) {
+            prop_assert_eq!(Ok(scan), image_walked_with(text, rows, opts), "{}", text);
         }
         Ok(())
     }
