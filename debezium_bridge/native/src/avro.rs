@@ -298,28 +298,19 @@ impl<'a> Cursor<'a> {
     /// A zigzag varint of at most 10 bytes whose value fits 64 bits (the reference's limits).
     #[inline]
     pub fn long(&mut self) -> Result<i64> {
-        let first = self.byte()?;
-        let n = if first < 0x80 {
-            first as u64
-        } else {
-            let mut n = (first & 0x7f) as u64;
-            let mut shift = 7u32;
-            loop {
-                let b = self.byte()?;
-                if shift == 63 && b > 1 {
-                    return Err(Decline);
-                }
-                n |= ((b & 0x7f) as u64) << shift;
-                if b < 0x80 {
-                    break n;
-                }
-                shift += 7;
-                if shift > 63 {
-                    return Err(Decline);
-                }
+        let rest = self.data.get(self.pos..).unwrap_or_default();
+        let mut n = 0u64;
+        for (i, &b) in rest.iter().take(10).enumerate() {
+            if i == 9 && b > 1 {
+                return Err(Decline);
             }
-        };
-        Ok(((n >> 1) as i64) ^ -((n & 1) as i64))
+            n |= ((b & 0x7f) as u64) << (7 * i);
+            if b < 0x80 {
+                self.pos += i + 1;
+                return Ok(((n >> 1) as i64) ^ -((n & 1) as i64));
+            }
+        }
+        Err(Decline)
     }
 
     #[inline]
@@ -341,7 +332,7 @@ impl<'a> Cursor<'a> {
 
     #[inline]
     fn string(&mut self) -> Result<&'a str> {
-        std::str::from_utf8(self.sized()?).map_err(|_| Decline)
+        utf8(self.sized()?)
     }
 
     /// A union branch index written as the reference's generated reader reads it (one byte).
@@ -469,6 +460,18 @@ impl<'a> Cursor<'a> {
             },
         }
         Ok(())
+    }
+}
+
+/// The text of a string datum. Connector strings are nearly always ASCII: checked a word at a
+/// time first (`from_utf8` took ~110 instructions per short string, callgrind 2026-11-25).
+#[inline]
+fn utf8(bytes: &[u8]) -> Result<&str> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        Ok(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).map_err(|_| Decline)
     }
 }
 
@@ -1069,4 +1072,53 @@ pub fn schema_id(raw: &[u8]) -> Option<u32> {
         return None;
     }
     Some(u32::from_be_bytes([raw[1], raw[2], raw[3], raw[4]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The Avro specification's varint, byte by byte, with the reference's limits (at most
+    /// 10 bytes, the value within 64 bits).
+    fn spec_long(data: &[u8]) -> Option<(i64, usize)> {
+        let mut n = 0u128;
+        for (i, &b) in data.iter().enumerate().take(10) {
+            n |= ((b & 0x7f) as u128) << (7 * i);
+            if b < 0x80 {
+                let n = u64::try_from(n).ok()?;
+                return Some((((n >> 1) as i64) ^ -((n & 1) as i64), i + 1));
+            }
+        }
+        None
+    }
+
+    proptest! {
+        #[test]
+        fn longs_read_as_the_specification_says(data in proptest::collection::vec(any::<u8>(), 0..12)) {
+            let mut cur = Cursor::new(&data, 0);
+            let read = cur.long().ok().map(|v| (v, cur.pos));
+            prop_assert_eq!(read, spec_long(&data));
+        }
+
+        #[test]
+        fn strings_are_utf8_or_declined(data in proptest::collection::vec(any::<u8>(), 0..40)) {
+            prop_assert_eq!(utf8(&data).ok(), std::str::from_utf8(&data).ok());
+        }
+    }
+
+    #[test]
+    fn zigzag_examples_of_the_specification() {
+        // https://avro.apache.org/docs/1.11.1/specification/#binary-encoding
+        for (bytes, v) in [
+            (&[0x00][..], 0),
+            (&[0x01], -1),
+            (&[0x02], 1),
+            (&[0x03], -2),
+            (&[0x7f], -64),
+            (&[0x80, 0x01], 64),
+        ] {
+            assert_eq!(Cursor::new(bytes, 0).long(), Ok(v));
+        }
+    }
 }

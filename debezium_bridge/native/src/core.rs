@@ -53,6 +53,8 @@ pub fn lsn_key_of(bytes: &[u8]) -> Option<LsnKey> {
 }
 
 pub type SortKey = (LsnKey, LsnKey, i64);
+/// How many emptied group lists [`Core`] keeps for reuse.
+const SPARE_GROUPS: usize = 64;
 type GroupKey = (LsnKey, LsnKey, Arc<str>);
 
 #[derive(Debug, Default, Clone)]
@@ -117,7 +119,9 @@ impl ImageMemory {
         }
         self.new.insert(identity, digest);
         if self.new.len() >= self.half {
-            self.old = std::mem::take(&mut self.new);
+            // the old generation's table becomes the new one, emptied: no regrowth
+            std::mem::swap(&mut self.old, &mut self.new);
+            self.new.clear();
         }
     }
     fn get(&self, identity: u128) -> Option<u64> {
@@ -157,6 +161,48 @@ pub struct Mark {
 
 /// The (op, key id) pairs seen at a mark's position.
 pub type Seen = Vec<(u8, Box<[u8]>)>;
+
+impl Mark {
+    fn new(key: SortKey, op: u8, local_key: &[u8]) -> Mark {
+        Mark {
+            key,
+            seen: vec![(op, local_key.into())],
+        }
+    }
+
+    /// Move the mark to `key`, seen there: `(op, local_key)` only. Reuses the first entry's
+    /// buffer when the key is as long (it usually is: one table, one key shape).
+    fn reset(&mut self, key: SortKey, op: u8, local_key: &[u8]) {
+        self.key = key;
+        self.seen.truncate(1);
+        match self.seen.first_mut() {
+            Some((o, k)) if k.len() == local_key.len() => {
+                *o = op;
+                k.copy_from_slice(local_key);
+            }
+            _ => {
+                self.seen.clear();
+                self.seen.push((op, local_key.into()));
+            }
+        }
+    }
+}
+
+/// `marks[tp]` moved to `key` with `(op, local_key)` seen there.
+fn set_mark(
+    marks: &mut hashbrown::HashMap<u32, Mark>,
+    tp: u32,
+    key: SortKey,
+    op: u8,
+    local_key: &[u8],
+) {
+    match marks.get_mut(&tp) {
+        Some(mark) => mark.reset(key, op, local_key),
+        None => {
+            marks.insert(tp, Mark::new(key, op, local_key));
+        }
+    }
+}
 
 /// The position order of an event.
 pub(crate) fn sort_key(e: &Event) -> SortKey {
@@ -226,6 +272,10 @@ pub struct Core {
     /// key and event_id (for the Arrow view).
     pub spans: Vec<[(u32, u32); 6]>,
     current: [(u32, u32); 6],
+    /// Scratch for the identity bytes of an event id.
+    ident: Vec<u8>,
+    /// Emptied group lists, kept for the next groups (most groups hold one event).
+    spare_groups: Vec<Vec<Event>>,
 }
 
 const OPS: [(u8, &[u8]); 5] = [
@@ -297,6 +347,8 @@ impl Core {
             line_ends: Vec::new(),
             spans: Vec::new(),
             current: [(0, 0); 6],
+            ident: Vec::with_capacity(128),
+            spare_groups: Vec::new(),
         }
     }
 
@@ -449,15 +501,7 @@ impl Core {
                     mark.seen.push((e.op, e.key_bytes().into()));
                 }
             }
-            _ => {
-                marks.insert(
-                    e.origin.tp,
-                    Mark {
-                        key: sk,
-                        seen: vec![(e.op, e.key_bytes().into())],
-                    },
-                );
-            }
+            _ => set_mark(marks, e.origin.tp, sk, e.op, e.key_bytes()),
         }
     }
 
@@ -508,15 +552,7 @@ impl Core {
                     }
                     mark.seen.push((e.op, local_key.into()));
                 }
-                _ => {
-                    self.marks.insert(
-                        tp,
-                        Mark {
-                            key: sk,
-                            seen: vec![(e.op, local_key.into())],
-                        },
-                    );
-                }
+                _ => set_mark(&mut self.marks, tp, sk, e.op, local_key),
             }
             if local_key == b"{}" {
                 tracked = true;
@@ -557,7 +593,9 @@ impl Core {
             Some(group) => group.push(e),
             None => {
                 self.heap.push(Reverse(group_key.clone()));
-                self.groups.insert(group_key, vec![e]);
+                let mut group = self.spare_groups.pop().unwrap_or_default();
+                group.push(e);
+                self.groups.insert(group_key, group);
             }
         }
         if tracked {
@@ -688,6 +726,9 @@ impl Core {
             self.counters.changes_out += 1;
             let e = events.pop().unwrap_or_else(unreachable_event);
             self.write_single(&e);
+            if self.spare_groups.len() < SPARE_GROUPS {
+                self.spare_groups.push(events);
+            }
         } else {
             self.emit_group(events);
         }
@@ -789,25 +830,34 @@ impl Core {
         }
     }
 
-    fn identity_bytes(&self, e: &Event, out: &mut Vec<u8>) {
+    /// `table_id \0 seq \0 op \0 key` of one event; `seq`: its seq text when already written.
+    fn identity_bytes(&self, e: &Event, seq: Option<&[u8]>, out: &mut Vec<u8>) {
         out.extend_from_slice(self.interner.tables[e.table as usize].table_id.as_bytes());
         out.push(0);
-        e.write_seq(out);
+        match seq {
+            Some(text) => out.extend_from_slice(text),
+            None => e.write_seq(out),
+        }
         out.push(0);
         out.push(e.op);
         out.push(0);
         out.extend_from_slice(e.key_bytes());
     }
 
-    fn write_event_id(&self, parts: &[&Event], out: &mut Vec<u8>) {
-        let mut ident = Vec::with_capacity(128);
+    /// The event id of `parts` (the last one's seq text is `out[seq]`, just written).
+    fn write_event_id(&mut self, parts: &[&Event], seq: (u32, u32), out: &mut Vec<u8>) {
+        let mut ident = std::mem::take(&mut self.ident);
+        ident.clear();
+        let last = parts.len() - 1;
         for (i, e) in parts.iter().enumerate() {
             if i > 0 {
                 ident.push(1);
             }
-            self.identity_bytes(e, &mut ident);
+            let text = (i == last).then(|| &out[seq.0 as usize + 1..seq.1 as usize - 1]);
+            self.identity_bytes(e, text, &mut ident);
         }
         let digest = blake2b_simd::Params::new().hash_length(16).hash(&ident);
+        self.ident = ident;
         const HEX: &[u8; 16] = b"0123456789abcdef";
         out.push(b'"');
         for &b in digest.as_bytes() {
@@ -993,7 +1043,7 @@ impl Core {
         }
         out.extend_from_slice(b"],\"event_id\":");
         let at = out.len();
-        self.write_event_id(lineage, out);
+        self.write_event_id(lineage, self.current[2], out);
         self.current[5] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"format_version\":1}\n");
         self.out_records += 1;

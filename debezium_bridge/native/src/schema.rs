@@ -615,10 +615,15 @@ fn quick_f32(v: f64) -> Option<f64> {
     let mut buf = ryu::Buffer::new();
     let text = buf.format_finite(x);
     let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
-    let digits: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).collect();
-    let first = digits.iter().position(|&d| d != b'0')?;
-    let last = digits.iter().rposition(|&d| d != b'0')?;
-    if last - first + 1 > 6 {
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit);
+    let (mut first, mut last) = (None, 0);
+    for (i, d) in digits.enumerate() {
+        if d != b'0' {
+            first.get_or_insert(i);
+            last = i;
+        }
+    }
+    if last - first? + 1 > 6 {
         return None;
     }
     let candidate: f64 = text.parse().ok()?;
@@ -875,18 +880,36 @@ pub fn write_date(days: i64, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
+/// "00" to "99".
+const PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// `v` in decimal, zero-padded to at least `width` digits.
 #[inline]
 fn push_digits(out: &mut Vec<u8>, v: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    let mut n = v;
-    let mut i = 20;
-    while n > 0 {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
+    if v < 100 && width == 2 {
+        let i = 2 * v as usize;
+        out.extend_from_slice(&PAIRS[i..i + 2]);
+    } else if v < 10_000 && width == 4 {
+        let (hi, lo) = (2 * (v / 100) as usize, 2 * (v % 100) as usize);
+        out.extend_from_slice(&[PAIRS[hi], PAIRS[hi + 1], PAIRS[lo], PAIRS[lo + 1]]);
+    } else {
+        let mut buf = itoa::Buffer::new();
+        let digits = buf.format(v).as_bytes();
+        out.extend(std::iter::repeat_n(
+            b'0',
+            width.saturating_sub(digits.len()),
+        ));
+        out.extend_from_slice(digits);
     }
-    let len = (20 - i).max(width);
-    out.extend_from_slice(&buf[20 - len..]);
 }
 
 fn write_clock(secs: i64, out: &mut Vec<u8>) {
@@ -925,6 +948,33 @@ fn write_fraction(sub: i64, full: u32, digits: u32, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padded_digits_are_formats_zero_padding() {
+        for width in 0..12 {
+            for v in [
+                0u64,
+                7,
+                42,
+                99,
+                100,
+                999,
+                1000,
+                9999,
+                10_000,
+                123_456_789,
+                u64::MAX,
+            ] {
+                let mut out = Vec::new();
+                push_digits(&mut out, v, width);
+                assert_eq!(
+                    out,
+                    format!("{v:0width$}").into_bytes(),
+                    "{v} width {width}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn dates_and_times() {
