@@ -140,7 +140,13 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
         return false;
     }
     let mut buf = ryu::Buffer::new();
-    let text = buf.format_finite(v).as_bytes();
+    write_shortest_text(out, buf.format_finite(v).as_bytes());
+    true
+}
+
+/// A float's shortest round-trip text as ryu writes it (`-1.5e-7`, `100.0`), laid out as
+/// msgspec writes floats.
+pub fn write_shortest_text(out: &mut Vec<u8>, text: &[u8]) {
     let (negative, text) = match text.first() {
         Some(b'-') => (true, &text[1..]),
         _ => (false, text),
@@ -152,32 +158,36 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
         }
         None => (text, 0),
     };
-    let mut digits: Vec<u8> = Vec::with_capacity(24);
-    let mut int_len: i32 = 0;
+    // the mantissa's digits without the point (ryu writes at most 17 significant digits; a
+    // longer text keeps its first 32, which never happens)
+    let mut all = [0u8; 32];
+    let (mut len, mut int_len) = (0usize, 0i32);
     let mut seen_dot = false;
     for &b in mantissa {
         if b == b'.' {
             seen_dot = true;
-        } else {
-            digits.push(b);
+        } else if len < all.len() {
+            all[len] = b;
+            len += 1;
             if !seen_dot {
                 int_len += 1;
             }
         }
     }
     // strip leading zeros (they move the point) and trailing zeros
-    let lead = digits.iter().take_while(|&&d| d == b'0').count();
-    digits.drain(..lead);
+    let lead = all[..len].iter().take_while(|&&d| d == b'0').count();
     int_len -= lead as i32;
-    while digits.last() == Some(&b'0') {
-        digits.pop();
+    let mut end = len;
+    while end > lead && all[end - 1] == b'0' {
+        end -= 1;
     }
+    let digits = &all[lead..end];
     if negative {
         out.push(b'-');
     }
     if digits.is_empty() {
         out.extend_from_slice(b"0.0");
-        return true;
+        return;
     }
     let point = int_len + exp; // value = 0.d1d2... * 10^point
     let sci_exp = point - 1;
@@ -186,9 +196,9 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
         if point <= 0 {
             out.extend_from_slice(b"0.");
             out.extend(std::iter::repeat_n(b'0', (-point) as usize));
-            out.extend_from_slice(&digits);
+            out.extend_from_slice(digits);
         } else if point >= n {
-            out.extend_from_slice(&digits);
+            out.extend_from_slice(digits);
             out.extend(std::iter::repeat_n(b'0', (point - n) as usize));
             out.extend_from_slice(b".0");
         } else {
@@ -205,7 +215,6 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
         out.push(b'e');
         write_i64(out, sci_exp as i64);
     }
-    true
 }
 
 #[cfg(test)]

@@ -542,7 +542,7 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
         }
         Conv::Float32 => match v {
             Scalar::Float(f) => {
-                jsonw::write_f64(out, shortest_f32(f));
+                write_float32(out, f);
             }
             other => other.write(out),
         },
@@ -592,27 +592,34 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
     Ok(false)
 }
 
-/// The float whose shortest text of 6 to 9 significant digits reads back as the same float32
-/// (the reference's `_float32`).
-pub fn shortest_f32(v: f64) -> f64 {
-    quick_f32(v)
-        .or_else(|| digits_search_f32(v))
-        .unwrap_or_else(|| search_f32(v))
+/// A float32 column value as the reference writes it: the float whose shortest text of 6 to 9
+/// significant digits reads back as the same float32 (`_float32`), as msgspec writes floats.
+pub fn write_float32(out: &mut Vec<u8>, v: f64) {
+    let mut buf = ryu::Buffer::new();
+    match quick_f32(v, &mut buf) {
+        // that value's own shortest text is this one (a double keeps 15 significant digits,
+        // so no shorter text reads back as it): no second formatting
+        Some((_, text)) => jsonw::write_shortest_text(out, text.as_bytes()),
+        None => {
+            let value = digits_search_f32(v).unwrap_or_else(|| search_f32(v));
+            jsonw::write_f64(out, value);
+        }
+    }
 }
 
-/// [`shortest_f32`] without formatting, where the answer is known: for `v` exactly a normal
+/// [`write_float32`] without a search, where the answer is known: for `v` exactly a normal
 /// float32 `x` whose shortest round-trip text (ryu) has at most 6 significant digits, that text
 /// *is* the reference's 6-digit rounding of `x`. (It lies within half an f32 ulp of `x`, at
 /// most 2^-23·|x| ≈ 1.2e-7·|x|, while 6-digit values of `x`'s decade are 1e-5·10^E ≥ 1e-6·|x|
 /// apart, so it is the 6-digit value nearest `x`, strictly; a power of ten above `x` is on
 /// that grid too.) The reference then keeps that value if it reads back as `x`, which is
 /// checked here the same way; anything else takes the search.
-fn quick_f32(v: f64) -> Option<f64> {
+/// Returns the value and its text.
+fn quick_f32(v: f64, buf: &mut ryu::Buffer) -> Option<(f64, &str)> {
     let x = v as f32;
     if x as f64 != v || !x.is_normal() {
         return None;
     }
-    let mut buf = ryu::Buffer::new();
     let text = buf.format_finite(x);
     let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
     let digits = mantissa.bytes().filter(u8::is_ascii_digit);
@@ -630,7 +637,7 @@ fn quick_f32(v: f64) -> Option<f64> {
     if (candidate as f32).to_bits() != x.to_bits() {
         return None;
     }
-    Some(candidate)
+    Some((candidate, text))
 }
 
 /// The reference's search computed from `v`'s shortest round-trip digits (ryu) instead of six
@@ -785,6 +792,17 @@ fn search_f32(v: f64) -> f64 {
     v
 }
 
+/// 10^0 ..= 10^38 (a decimal's precision is at most [`MAX_PRECISION`]).
+const POW10: [u128; 39] = {
+    let mut t = [1u128; 39];
+    let mut i = 1;
+    while i < 39 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
 /// Exact decimal text of a big-endian two's-complement unscaled value.
 pub fn write_decimal(bytes: &[u8], scale: u32, precision: u32, out: &mut Vec<u8>) -> Result<()> {
     if bytes.is_empty() {
@@ -804,48 +822,32 @@ pub fn write_decimal(bytes: &[u8], scale: u32, precision: u32, out: &mut Vec<u8>
     if (unscaled < 0) != negative {
         return Err(Decline);
     }
-    let limit = 10i128.pow(precision);
-    if unscaled <= -limit || unscaled >= limit {
+    let magnitude = unscaled.unsigned_abs();
+    if magnitude >= *POW10.get(precision as usize).ok_or(Decline)? {
         return Err(Decline);
     }
     out.push(b'"');
     if unscaled < 0 {
         out.push(b'-');
     }
-    // the digits of |unscaled|, right-aligned, without allocating (u64 arithmetic when it fits)
-    let mut digits = [b'0'; 40];
-    let mut i = digits.len();
-    let magnitude = unscaled.unsigned_abs();
-    if let Ok(mut m) = u64::try_from(magnitude) {
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (m % 10) as u8;
-            m /= 10;
-            if m == 0 {
-                break;
-            }
-        }
-    } else {
-        let mut m = magnitude;
-        while m > 0 {
-            i -= 1;
-            digits[i] = b'0' + (m % 10) as u8;
-            m /= 10;
-        }
+    let mut buf = itoa::Buffer::new();
+    let digits = match u64::try_from(magnitude) {
+        Ok(m) => buf.format(m),
+        Err(_) => buf.format(magnitude),
     }
-    let end = digits.len();
-    let len = end - i;
+    .as_bytes();
+    let len = digits.len();
     let scale = scale as usize;
     if scale == 0 {
-        out.extend_from_slice(&digits[i..]);
+        out.extend_from_slice(digits);
     } else if len > scale {
-        out.extend_from_slice(&digits[i..end - scale]);
+        out.extend_from_slice(&digits[..len - scale]);
         out.push(b'.');
-        out.extend_from_slice(&digits[end - scale..]);
+        out.extend_from_slice(&digits[len - scale..]);
     } else {
         out.extend_from_slice(b"0.");
         out.extend(std::iter::repeat_n(b'0', scale - len));
-        out.extend_from_slice(&digits[i..]);
+        out.extend_from_slice(digits);
     }
     out.push(b'"');
     Ok(())
@@ -1042,8 +1044,17 @@ mod tests {
 
     #[test]
     fn float32() {
-        assert_eq!(shortest_f32(0.1f32 as f64), 0.1);
-        assert_eq!(shortest_f32(3.4028234663852886e38), 3.4028235e38);
+        // msgspec.json.encode(_float32(v)) of the Python reference (formats/debezium/logical.py)
+        for (v, text) in [
+            (0.1f32 as f64, "0.1"),
+            (3.4028234663852886e38, "3.4028235e38"),
+            (16777217.0, "16777217.0"),
+            (-1.5e-7f32 as f64, "-1.5e-7"),
+        ] {
+            let mut out = Vec::new();
+            write_float32(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap(), text);
+        }
     }
 
     #[test]
@@ -1069,8 +1080,14 @@ mod tests {
                 continue;
             }
             let v = x as f64;
-            if let Some(quick) = quick_f32(v) {
+            let mut buf = ryu::Buffer::new();
+            if let Some((quick, text)) = quick_f32(v, &mut buf) {
                 assert_eq!(quick.to_bits(), search_f32(v).to_bits(), "{x:e}");
+                // the text written is the value's own shortest text
+                let (mut written, mut expected) = (Vec::new(), Vec::new());
+                jsonw::write_shortest_text(&mut written, text.as_bytes());
+                jsonw::write_f64(&mut expected, quick);
+                assert_eq!(written, expected, "{x:e}");
                 checked += 1;
             }
         }
