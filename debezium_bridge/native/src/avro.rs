@@ -498,6 +498,100 @@ fn scalar_of<'a: 'r, 's: 'r, 'r>(cur: &mut Cursor<'a>, node: &'s Node) -> Result
     }
 }
 
+/// How one field's datum is read, its union shape resolved when the schema is compiled (the
+/// per-datum walk of [`scalar_of`] and [`Cursor::skip`] through nested `Node`s cost ~100
+/// instructions a field, callgrind 2026-11-25).
+#[derive(Debug)]
+enum Datum {
+    /// A scalar that is not a union (an enum symbol reads as a string).
+    Plain(Node),
+    /// `[null, X]` or `[X, null]` of such a scalar X; `null_at`: null's branch index.
+    Optional { null_at: u8, node: Node },
+    /// Anything else: other unions, and records, arrays and maps (only ever skipped).
+    Other(Node),
+}
+
+impl Datum {
+    fn of(node: &Node) -> Datum {
+        let plain = |x: &Node| is_scalar(x) && !matches!(x, Node::Null | Node::Union(_));
+        match node {
+            Node::Union(b) if b.len() == 2 => match (&b[0], &b[1]) {
+                (Node::Null, x) if plain(x) => Datum::Optional {
+                    null_at: 0,
+                    node: x.clone(),
+                },
+                (x, Node::Null) if plain(x) => Datum::Optional {
+                    null_at: 1,
+                    node: x.clone(),
+                },
+                _ => Datum::Other(node.clone()),
+            },
+            x if plain(x) => Datum::Plain(x.clone()),
+            x => Datum::Other(x.clone()),
+        }
+    }
+
+    /// The branch index of an optional datum (as [`Cursor::branch`] checks it): `false` for
+    /// null.
+    #[inline]
+    fn present(cur: &mut Cursor<'_>, null_at: u8) -> Result<bool> {
+        match cur.byte()? {
+            b if b == 2 * null_at => Ok(false),
+            b if b == 2 - 2 * null_at => Ok(true),
+            _ => Err(Decline),
+        }
+    }
+
+    /// A scalar datum, as [`scalar_of`] reads it.
+    #[inline]
+    fn scalar<'a: 'r, 's: 'r, 'r>(&'s self, cur: &mut Cursor<'a>) -> Result<Prim<'r>> {
+        match self {
+            Datum::Plain(node) => plain_of(cur, node),
+            Datum::Optional { null_at, node } => {
+                if Datum::present(cur, *null_at)? {
+                    plain_of(cur, node)
+                } else {
+                    Ok(Prim::Null)
+                }
+            }
+            Datum::Other(node) => scalar_of(cur, node),
+        }
+    }
+
+    /// Past the datum, as [`Cursor::skip`] checks it.
+    #[inline]
+    fn skip(&self, cur: &mut Cursor<'_>, records: &[Record]) -> Result<()> {
+        match self {
+            Datum::Plain(node) | Datum::Other(node) => cur.skip(node, records, 0),
+            Datum::Optional { null_at, node } => {
+                if Datum::present(cur, *null_at)? {
+                    cur.skip(node, records, 1)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The union branch of an optional record: `false` for null (`null_at`: `None` for a record
+/// that is not in a union).
+#[inline]
+fn present(cur: &mut Cursor<'_>, null_at: Option<u8>) -> Result<bool> {
+    match null_at {
+        Some(null_at) => Datum::present(cur, null_at),
+        None => Ok(true),
+    }
+}
+
+/// A scalar that is not a union.
+#[inline]
+fn plain_of<'a: 'r, 's: 'r, 'r>(cur: &mut Cursor<'a>, node: &'s Node) -> Result<Prim<'r>> {
+    match node {
+        Node::Enum(symbols) => Ok(Prim::Str(enum_symbol(cur, symbols)?)),
+        _ => cur.prim(node),
+    }
+}
+
 // ------------------------------------------------------------------ compiled schemas
 
 #[derive(Debug, Clone, Copy)]
@@ -526,20 +620,25 @@ enum TxRole {
 
 #[derive(Debug)]
 enum Role {
-    Before,
-    After,
-    Source(usize, Vec<SourceRole>),
-    Op,
-    TsMs,
-    Tx(usize, Vec<TxRole>),
-    Skip,
+    /// `before` or `after` (`after`: true), an optional record; `null_at`: null's branch index
+    /// (`None`: not a union).
+    Image {
+        after: bool,
+        null_at: Option<u8>,
+    },
+    Source(Option<u8>, Vec<(SourceRole, Datum)>),
+    Op(Datum),
+    TsMs(Datum),
+    Tx(Option<u8>, Vec<(TxRole, Datum)>),
+    Skip(Datum),
 }
 
 /// A compiled Debezium envelope schema.
 pub struct AvroValue {
     parsed: Parsed,
     roles: Vec<Role>,
-    row: usize,
+    /// How each row column is read.
+    columns: Vec<Datum>,
     /// Each row column's name as JSON text (quoted, escaped), written once here.
     names: Vec<Vec<u8>>,
     pub table: Arc<Table>,
@@ -575,6 +674,17 @@ fn is_scalar(node: &Node) -> bool {
 fn optional_record(node: &Node) -> Option<usize> {
     match non_null(node)? {
         Node::Record(r) => Some(*r),
+        _ => None,
+    }
+}
+
+/// The branch index of null in an optional type (`None`: not a union).
+fn null_index(node: &Node) -> Option<u8> {
+    match node {
+        Node::Union(b) => b
+            .iter()
+            .position(|x| matches!(x, Node::Null))
+            .map(|i| i as u8),
         _ => None,
     }
 }
@@ -673,7 +783,7 @@ fn avro_to_connect(ty: &str) -> Result<&'static str> {
     })
 }
 
-fn source_roles(rec: &Record) -> Result<Vec<SourceRole>> {
+fn source_roles(rec: &Record) -> Result<Vec<(SourceRole, Datum)>> {
     let mut roles = Vec::with_capacity(rec.fields.len());
     for f in &rec.fields {
         let role = match f.name.as_str() {
@@ -693,12 +803,12 @@ fn source_roles(rec: &Record) -> Result<Vec<SourceRole>> {
         if !matches!(role, SourceRole::Skip) && !is_scalar(&f.node) {
             return Err(Decline);
         }
-        roles.push(role);
+        roles.push((role, Datum::of(&f.node)));
     }
     Ok(roles)
 }
 
-fn tx_roles(rec: &Record) -> Result<Vec<TxRole>> {
+fn tx_roles(rec: &Record) -> Result<Vec<(TxRole, Datum)>> {
     let mut roles = Vec::with_capacity(rec.fields.len());
     let mut id = false;
     for f in &rec.fields {
@@ -714,7 +824,7 @@ fn tx_roles(rec: &Record) -> Result<Vec<TxRole>> {
         if !matches!(role, TxRole::Skip) && !is_scalar(&f.node) {
             return Err(Decline);
         }
-        roles.push(role);
+        roles.push((role, Datum::of(&f.node)));
     }
     if !id {
         return Err(Decline);
@@ -741,34 +851,33 @@ impl AvroValue {
                         return Err(Decline);
                     }
                     row = Some(r);
-                    if f.name == "before" {
-                        Role::Before
-                    } else {
-                        Role::After
+                    Role::Image {
+                        after: f.name == "after",
+                        null_at: null_index(&f.node),
                     }
                 }
                 "source" => {
                     let r = optional_record(&f.node).ok_or(Decline)?;
-                    Role::Source(r, source_roles(&parsed.records[r])?)
+                    Role::Source(null_index(&f.node), source_roles(&parsed.records[r])?)
                 }
                 "op" => {
                     has_op = true;
                     if !is_scalar(&f.node) {
                         return Err(Decline);
                     }
-                    Role::Op
+                    Role::Op(Datum::of(&f.node))
                 }
                 "ts_ms" => {
                     if !is_scalar(&f.node) {
                         return Err(Decline);
                     }
-                    Role::TsMs
+                    Role::TsMs(Datum::of(&f.node))
                 }
                 "transaction" => {
                     let r = optional_record(&f.node).ok_or(Decline)?;
-                    Role::Tx(r, tx_roles(&parsed.records[r])?)
+                    Role::Tx(null_index(&f.node), tx_roles(&parsed.records[r])?)
                 }
-                _ => Role::Skip,
+                _ => Role::Skip(Datum::of(&f.node)),
             };
             roles.push(role);
         }
@@ -780,6 +889,11 @@ impl AvroValue {
         for f in &parsed.records[row].fields {
             columns.push(column_of(&parsed, f, opts)?);
         }
+        let data = parsed.records[row]
+            .fields
+            .iter()
+            .map(|f| Datum::of(&f.node))
+            .collect();
         let names = parsed.records[row]
             .fields
             .iter()
@@ -792,7 +906,7 @@ impl AvroValue {
         Ok(AvroValue {
             parsed,
             roles,
-            row,
+            columns: data,
             names,
             table: Arc::new(Table::new(columns)),
         })
@@ -884,36 +998,32 @@ impl AvroValue {
     ) -> Result<crate::dom::Envelope<'a>> {
         let mut cur = Cursor::new(data, 5);
         let records = &self.parsed.records;
-        let top = match self.parsed.top {
-            Node::Record(r) => r,
-            _ => return Err(Decline),
-        };
         let mut env = crate::dom::Envelope::default();
-        for (f, role) in records[top].fields.iter().zip(&self.roles) {
+        for role in &self.roles {
             match role {
-                Role::Before | Role::After => {
-                    let image = if self.present(&mut cur, &f.node)? {
+                Role::Image { after, null_at } => {
+                    let image = if present(&mut cur, *null_at)? {
                         Some(self.row(&mut cur, opts, out, members, gone)?)
                     } else {
                         None
                     };
-                    if matches!(role, Role::Before) {
-                        env.before = image;
-                    } else {
+                    if *after {
                         env.after = image;
+                    } else {
+                        env.before = image;
                     }
                 }
-                Role::Source(r, roles) => {
-                    if !self.present(&mut cur, &f.node)? {
+                Role::Source(null_at, roles) => {
+                    if !present(&mut cur, *null_at)? {
                         continue;
                     }
                     let mut s = crate::dom::Source::default();
-                    for (sf, role) in records[*r].fields.iter().zip(roles) {
+                    for (role, datum) in roles {
                         if matches!(role, SourceRole::Skip) {
-                            cur.skip(&sf.node, records, 0)?;
+                            datum.skip(&mut cur, records)?;
                             continue;
                         }
-                        let p = scalar_of(&mut cur, &sf.node)?;
+                        let p = datum.scalar(&mut cur)?;
                         match role {
                             SourceRole::Version => s.version = opt_str(p)?,
                             SourceRole::Connector => s.connector = opt_str(p)?,
@@ -938,19 +1048,19 @@ impl AvroValue {
                     }
                     env.source = Some(s);
                 }
-                Role::Op => env.op = opt_str(scalar_of(&mut cur, &f.node)?)?,
-                Role::TsMs => env.ts_ms = opt_int(scalar_of(&mut cur, &f.node)?)?,
-                Role::Tx(r, roles) => {
-                    if !self.present(&mut cur, &f.node)? {
+                Role::Op(datum) => env.op = opt_str(datum.scalar(&mut cur)?)?,
+                Role::TsMs(datum) => env.ts_ms = opt_int(datum.scalar(&mut cur)?)?,
+                Role::Tx(null_at, roles) => {
+                    if !present(&mut cur, *null_at)? {
                         continue;
                     }
                     let (mut id, mut total, mut dco) = (None, None, None);
-                    for (tf, role) in records[*r].fields.iter().zip(roles) {
+                    for (role, datum) in roles {
                         if matches!(role, TxRole::Skip) {
-                            cur.skip(&tf.node, records, 0)?;
+                            datum.skip(&mut cur, records)?;
                             continue;
                         }
-                        let p = scalar_of(&mut cur, &tf.node)?;
+                        let p = datum.scalar(&mut cur)?;
                         match role {
                             TxRole::Id => id = Some(opt_str(p)?.ok_or(Decline)?),
                             TxRole::Total => total = opt_int(p)?,
@@ -964,25 +1074,13 @@ impl AvroValue {
                         data_collection_order: dco,
                     });
                 }
-                Role::Skip => cur.skip(&f.node, records, 0)?,
+                Role::Skip(datum) => datum.skip(&mut cur, records)?,
             }
         }
         if cur.pos != data.len() {
             return Err(Decline);
         }
         Ok(env)
-    }
-
-    /// The union branch of an optional record: `false` for null.
-    #[inline]
-    fn present(&self, cur: &mut Cursor<'_>, node: &Node) -> Result<bool> {
-        match node {
-            Node::Union(b) => {
-                let i = cur.branch(b.len())?;
-                Ok(!matches!(b[i], Node::Null))
-            }
-            _ => Ok(true),
-        }
     }
 
     /// One row image, canonical, as `dom::image` writes a schema-ful one.
@@ -998,9 +1096,12 @@ impl AvroValue {
         let first_member = members.len();
         let mut table_gone = crate::dom::GoneColumns::default();
         out.push(b'{');
-        let fields = &self.parsed.records[self.row].fields;
-        let columns = fields.iter().zip(&self.table.columns).zip(&self.names);
-        for (i, ((f, col), name)) in columns.enumerate() {
+        let columns = self
+            .columns
+            .iter()
+            .zip(&self.table.columns)
+            .zip(&self.names);
+        for (i, ((datum, col), name)) in columns.enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -1009,7 +1110,7 @@ impl AvroValue {
             let name_end = out.len();
             out.push(b':');
             let value_start = out.len();
-            let p = scalar_of(cur, &f.node)?;
+            let p = datum.scalar(cur)?;
             let is_gone = match p {
                 Prim::Bytes(b) => {
                     if col.marker != schema::Marker::Binary {
