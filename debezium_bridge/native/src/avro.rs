@@ -20,7 +20,6 @@
 use crate::jsonw;
 use crate::schema::{self, Options, Scalar, Table};
 use crate::value::{Decline, Member, Result};
-use base64::Engine;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -952,13 +951,7 @@ impl AvroKey {
                 }
                 Prim::Str(s) => jsonw::write_str(out, s),
                 Prim::Bytes(b) => {
-                    out.push(b'"');
-                    out.extend_from_slice(
-                        base64::engine::general_purpose::STANDARD
-                            .encode(b)
-                            .as_bytes(),
-                    );
-                    out.push(b'"');
+                    jsonw::write_base64(out, b);
                 }
             }
         }
@@ -1122,13 +1115,7 @@ impl AvroValue {
                     } else {
                         match col.conv {
                             schema::Conv::Base64Bytes => {
-                                out.push(b'"');
-                                out.extend_from_slice(
-                                    base64::engine::general_purpose::STANDARD
-                                        .encode(b)
-                                        .as_bytes(),
-                                );
-                                out.push(b'"');
+                                jsonw::write_base64(out, b);
                             }
                             schema::Conv::Decimal { scale, precision } => {
                                 schema::write_decimal(b, scale, precision, out)?

@@ -181,6 +181,8 @@ pub struct Decoder {
     avro_keys: hashbrown::HashMap<u32, Option<Arc<crate::avro::AvroKey>>>,
     /// The key schema id a decode stopped at because it was not handed over yet.
     pub missing_avro_key: Option<u32>,
+    /// Room for the canonical text of the next Avro value (from the last one's).
+    avro_text_len: usize,
 }
 
 /// What the caller knows of the record besides key and value.
@@ -272,6 +274,7 @@ impl Decoder {
             avro_values: Default::default(),
             avro_keys: Default::default(),
             missing_avro_key: None,
+            avro_text_len: 0,
         }
     }
 
@@ -332,7 +335,10 @@ impl Decoder {
             .ok_or(Decline)?
             .clone()
             .ok_or(Decline)?;
-        let mut buf: Vec<u8> = Vec::with_capacity(input.value.len() * 2 + 64);
+        // canonical text is longer than Avro binary by a factor that depends on the table:
+        // the last event's length, so that the buffer is not grown while the images are written
+        let capacity = (input.value.len() * 2 + 64).max(self.avro_text_len);
+        let mut buf: Vec<u8> = Vec::with_capacity(capacity);
         let mut members = Vec::with_capacity(2 * compiled.table.columns.len());
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let env = compiled.read(
@@ -342,6 +348,7 @@ impl Decoder {
             &mut members,
             &mut unavailable,
         )?;
+        self.avro_text_len = buf.len() + buf.len() / 8 + 64;
         let rows = Rows::Table(compiled.table.clone());
         self.finish(input, env, rows, buf, members, unavailable, interner, true)
     }

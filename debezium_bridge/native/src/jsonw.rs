@@ -133,6 +133,24 @@ pub fn write_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
     }
 }
 
+/// `bytes` as a JSON string of their standard base64, encoded in place (no buffer per value).
+pub fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    use base64::Engine;
+    let engine = &base64::engine::general_purpose::STANDARD;
+    out.push(b'"');
+    let start = out.len();
+    let len = base64::encoded_len(bytes.len(), true).unwrap_or(usize::MAX);
+    match start.checked_add(len) {
+        Some(end) => {
+            out.resize(end, 0);
+            let written = engine.encode_slice(bytes, &mut out[start..]).unwrap_or(len);
+            out.truncate(start + written);
+        }
+        None => out.extend_from_slice(engine.encode(bytes).as_bytes()),
+    }
+    out.push(b'"');
+}
+
 /// A finite float as msgspec writes it (see the module docs). Returns `false` (and writes
 /// nothing) for NaN and infinities, which JSON cannot hold.
 pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
@@ -220,6 +238,18 @@ pub fn write_shortest_text(out: &mut Vec<u8>, text: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_in_place_is_the_base64_crates_encoding() {
+        use base64::Engine;
+        let data: Vec<u8> = (0..=255u8).cycle().take(70).collect();
+        for n in 0..data.len() {
+            let mut out = b"x".to_vec();
+            write_base64(&mut out, &data[..n]);
+            let expected = base64::engine::general_purpose::STANDARD.encode(&data[..n]);
+            assert_eq!(out, format!("x\"{expected}\"").into_bytes());
+        }
+    }
 
     fn f(v: f64) -> String {
         let mut out = Vec::new();

@@ -557,26 +557,14 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
                 let s = std::str::from_utf8(pair).map_err(|_| Decline)?;
                 bytes.push(u8::from_str_radix(s, 16).map_err(|_| Decline)?);
             }
-            out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(&bytes)
-                    .as_bytes(),
-            );
-            out.push(b'"');
+            jsonw::write_base64(out, &bytes);
         }
         Conv::BinaryUrlSafe => {
             let text = text(&v)?;
             let bytes = URL_SAFE_ANY_PADDING
                 .decode(text.as_bytes())
                 .map_err(|_| Decline)?;
-            out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(&bytes)
-                    .as_bytes(),
-            );
-            out.push(b'"');
+            jsonw::write_base64(out, &bytes);
         }
         Conv::DoubleScale(scale) => {
             let f = match v.number().ok_or(Decline)? {
