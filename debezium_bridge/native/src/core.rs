@@ -241,7 +241,10 @@ pub struct Core {
     pub counters: Counters,
     pub interner: Interner,
     pub topics: Vec<Arc<str>>,
+    /// Each topic name as a JSON string.
+    topic_json: Vec<Vec<u8>>,
     topic_index: hashbrown::HashMap<Arc<str>, u32>,
+    last_topic: Option<u32>,
     /// (topic id, partition) per tp id
     pub tps: Vec<(u32, i32)>,
     tp_index: hashbrown::HashMap<(u32, i32), u32>,
@@ -274,6 +277,7 @@ pub struct Core {
     current: [(u32, u32); 6],
     /// Scratch for the identity bytes of an event id.
     ident: Vec<u8>,
+    second_texts: SecondTexts,
     /// Emptied group lists, kept for the next groups (most groups hold one event).
     spare_groups: Vec<Vec<Event>>,
 }
@@ -317,7 +321,9 @@ impl Core {
             counters: Counters::default(),
             interner,
             topics: Vec::new(),
+            topic_json: Vec::new(),
             topic_index: Default::default(),
+            last_topic: None,
             tps: Vec::new(),
             tp_index: Default::default(),
             incremental,
@@ -348,18 +354,32 @@ impl Core {
             spans: Vec::new(),
             current: [(0, 0); 6],
             ident: Vec::with_capacity(128),
+            second_texts: SecondTexts::default(),
             spare_groups: Vec::new(),
         }
     }
 
     pub fn topic(&mut self, name: &str) -> u32 {
-        if let Some(&i) = self.topic_index.get(name) {
-            return i;
+        // records come in runs of one topic
+        if let Some(i) = self.last_topic {
+            if *self.topics[i as usize] == *name {
+                return i;
+            }
         }
-        let i = self.topics.len() as u32;
-        let arc: Arc<str> = name.into();
-        self.topics.push(arc.clone());
-        self.topic_index.insert(arc, i);
+        let i = match self.topic_index.get(name) {
+            Some(&i) => i,
+            None => {
+                let i = self.topics.len() as u32;
+                let arc: Arc<str> = name.into();
+                self.topics.push(arc.clone());
+                let mut json = Vec::with_capacity(name.len() + 2);
+                jsonw::write_str(&mut json, name);
+                self.topic_json.push(json);
+                self.topic_index.insert(arc, i);
+                i
+            }
+        };
+        self.last_topic = Some(i);
         i
     }
 
@@ -975,7 +995,7 @@ impl Core {
         out.extend_from_slice(&table.json);
         out.extend_from_slice(b",\"table_id\":");
         let at = out.len();
-        jsonw::write_str(out, &table.table_id);
+        out.extend_from_slice(&table.id_json);
         self.current[1] = (at as u32, out.len() as u32);
     }
 
@@ -1003,10 +1023,10 @@ impl Core {
         self.current[2] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"commit_ts\":");
         let at = out.len();
-        write_iso_ms(out, e.source_ts_ms);
+        self.second_texts.write_iso_ms(out, e.source_ts_ms);
         self.current[3] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"capture_ts\":");
-        write_iso_ms(out, e.ts_ms);
+        self.second_texts.write_iso_ms(out, e.ts_ms);
         out.extend_from_slice(b",\"tx\":");
         match &e.tx {
             None => out.extend_from_slice(b"null"),
@@ -1025,7 +1045,7 @@ impl Core {
             }
         }
         out.extend_from_slice(b",\"snapshot\":");
-        jsonw::write_str(out, &self.interner.snapshots[e.snapshot as usize]);
+        out.extend_from_slice(&self.interner.snapshot_json[e.snapshot as usize]);
         out.extend_from_slice(b",\"source\":");
         out.extend_from_slice(&self.interner.sources[e.source as usize]);
         out.extend_from_slice(b",\"lineage\":[");
@@ -1034,7 +1054,7 @@ impl Core {
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"topic\":");
-            jsonw::write_str(out, &self.topics[l.origin.topic as usize]);
+            out.extend_from_slice(&self.topic_json[l.origin.topic as usize]);
             out.extend_from_slice(b",\"partition\":");
             jsonw::write_i64(out, l.origin.partition as i64);
             out.extend_from_slice(b",\"offset\":");
@@ -1277,62 +1297,56 @@ fn changed(
 /// The texts of the last two seconds written (`"YYYY-MM-DDTHH:MM:SS.`, at most 21 bytes): a
 /// record writes its commit and its capture time, usually in two different seconds, so one
 /// entry missed on every call.
-struct SecondTexts {
+pub struct SecondTexts {
     seconds: [i64; 2],
     texts: [([u8; 24], u8); 2],
     next: usize,
 }
 
-thread_local! {
-    static LAST_SECONDS: std::cell::RefCell<SecondTexts> = const {
-        std::cell::RefCell::new(SecondTexts {
+impl Default for SecondTexts {
+    fn default() -> Self {
+        SecondTexts {
             seconds: [i64::MIN; 2],
             texts: [([0; 24], 0); 2],
             next: 0,
-        })
-    };
+        }
+    }
 }
 
-/// `iso_ms` (see [`write_iso_ms_uncached`]) through a two-entry cache of the second's text.
-pub fn write_iso_ms(out: &mut Vec<u8>, ms: Option<i64>) {
-    let Some(v) = ms else {
-        out.extend_from_slice(b"null");
-        return;
-    };
-    let seconds = v.div_euclid(1000);
-    let millis = v.rem_euclid(1000);
-    let hit = LAST_SECONDS.with(|cell| {
-        let cache = cell.borrow();
-        match cache.seconds.iter().position(|&s| s == seconds) {
+impl SecondTexts {
+    /// `iso_ms` (see [`write_iso_ms_uncached`]) through the cache of the second's text.
+    pub fn write_iso_ms(&mut self, out: &mut Vec<u8>, ms: Option<i64>) {
+        let Some(v) = ms else {
+            out.extend_from_slice(b"null");
+            return;
+        };
+        let seconds = v.div_euclid(1000);
+        let millis = v.rem_euclid(1000);
+        match self.seconds.iter().position(|&s| s == seconds) {
             Some(i) => {
-                let (text, len) = &cache.texts[i];
+                let (text, len) = &self.texts[i];
                 out.extend_from_slice(&text[..*len as usize]);
-                true
             }
-            None => false,
+            None => {
+                let start = out.len();
+                write_iso_ms_uncached(out, ms);
+                let len = (out.len() - start).saturating_sub(5);
+                if out.len() - start != 4 && len <= 24 {
+                    // keep `"…SS.` (the text without the milliseconds and the closing `Z"`)
+                    let slot = self.next;
+                    self.next = 1 - slot;
+                    self.seconds[slot] = seconds;
+                    self.texts[slot].0[..len].copy_from_slice(&out[start..start + len]);
+                    self.texts[slot].1 = len as u8;
+                }
+                return;
+            }
         }
-    });
-    if !hit {
-        let start = out.len();
-        write_iso_ms_uncached(out, ms);
-        let len = (out.len() - start).saturating_sub(5);
-        if out.len() - start != 4 && len <= 24 {
-            // keep `"…SS.` (the text without the milliseconds and the closing `Z"`)
-            LAST_SECONDS.with(|cell| {
-                let mut cache = cell.borrow_mut();
-                let slot = cache.next;
-                cache.next = 1 - slot;
-                cache.seconds[slot] = seconds;
-                cache.texts[slot].0[..len].copy_from_slice(&out[start..start + len]);
-                cache.texts[slot].1 = len as u8;
-            });
-        }
-        return;
+        out.push(b'0' + (millis / 100) as u8);
+        out.push(b'0' + (millis / 10 % 10) as u8);
+        out.push(b'0' + (millis % 10) as u8);
+        out.extend_from_slice(b"Z\"");
     }
-    out.push(b'0' + (millis / 100) as u8);
-    out.push(b'0' + (millis / 10 % 10) as u8);
-    out.push(b'0' + (millis % 10) as u8);
-    out.extend_from_slice(b"Z\"");
 }
 
 /// `iso_ms`: epoch ms as `YYYY-MM-DDTHH:MM:SS.mmmZ` (`null` out of range). The year is not
@@ -1386,14 +1400,15 @@ mod tests {
 
     #[test]
     fn iso() {
+        let mut texts = SecondTexts::default();
         let mut out = Vec::new();
-        write_iso_ms(&mut out, Some(1_559_033_904_863));
+        texts.write_iso_ms(&mut out, Some(1_559_033_904_863));
         assert_eq!(out, b"\"2019-05-28T08:58:24.863Z\"");
         out.clear();
-        write_iso_ms(&mut out, Some(-62_135_596_800_000));
+        texts.write_iso_ms(&mut out, Some(-62_135_596_800_000));
         assert_eq!(out, b"\"1-01-01T00:00:00.000Z\"");
         out.clear();
-        write_iso_ms(&mut out, Some(-1));
+        texts.write_iso_ms(&mut out, Some(-1));
         assert_eq!(out, b"\"1969-12-31T23:59:59.999Z\"");
         // alternating seconds, through the cache, as written without it
         for ms in [
@@ -1407,7 +1422,7 @@ mod tests {
             5_006,
         ] {
             let (mut cached, mut plain) = (Vec::new(), Vec::new());
-            write_iso_ms(&mut cached, Some(ms));
+            texts.write_iso_ms(&mut cached, Some(ms));
             write_iso_ms_uncached(&mut plain, Some(ms));
             assert_eq!(cached, plain, "{ms}");
         }

@@ -40,6 +40,8 @@ pub struct Interner {
     pub sources: Vec<Vec<u8>>,
     source_index: hashbrown::HashMap<SourceKey, u32>,
     pub snapshots: Vec<String>,
+    /// Each snapshot marker as a JSON string.
+    pub snapshot_json: Vec<Vec<u8>>,
     snapshot_index: hashbrown::HashMap<String, u32>,
     last_table: Option<(u32, Option<String>)>,
     last_source: Option<(u32, SourceKey)>,
@@ -49,10 +51,26 @@ type SourceKey = (Option<String>, Option<String>, Option<String>);
 
 pub struct TableInfo {
     pub table_id: Arc<str>,
+    /// `table_id` as a JSON string.
+    pub id_json: Vec<u8>,
     /// `{"db":…,"schema":…,"name":…}`
     pub json: Vec<u8>,
     pub schema: String,
     pub name: String,
+}
+
+impl TableInfo {
+    pub fn new(table_id: Arc<str>, json: Vec<u8>, schema: String, name: String) -> TableInfo {
+        let mut id_json = Vec::with_capacity(table_id.len() + 2);
+        crate::jsonw::write_str(&mut id_json, &table_id);
+        TableInfo {
+            table_id,
+            id_json,
+            json,
+            schema,
+            name,
+        }
+    }
 }
 
 impl Interner {
@@ -85,12 +103,12 @@ impl Interner {
         crate::jsonw::write_str(&mut json, name);
         json.push(b'}');
         let i = self.tables.len() as u32;
-        self.tables.push(TableInfo {
-            table_id: format!("{dbs}.{schema}.{name}").into(),
+        self.tables.push(TableInfo::new(
+            format!("{dbs}.{schema}.{name}").into(),
             json,
-            schema: schema.to_string(),
-            name: name.to_string(),
-        });
+            schema.to_string(),
+            name.to_string(),
+        ));
         self.table_index.insert(
             (db.map(str::to_string), schema.to_string(), name.to_string()),
             i,
@@ -158,6 +176,9 @@ impl Interner {
         }
         let i = self.snapshots.len() as u32;
         self.snapshots.push(marker.to_string());
+        let mut json = Vec::with_capacity(marker.len() + 2);
+        crate::jsonw::write_str(&mut json, marker);
+        self.snapshot_json.push(json);
         self.snapshot_index.insert(marker.to_string(), i);
         i
     }

@@ -338,12 +338,12 @@ impl Reader {
                 .map_err(|_| BadWire)
         };
         let t = interner.tables.len() as u32;
-        interner.tables.push(TableInfo {
-            table_id: text(table_id)?.into(),
-            json: json.to_vec(),
-            schema: text(schema)?,
-            name: text(name)?,
-        });
+        interner.tables.push(TableInfo::new(
+            text(table_id)?.into(),
+            json.to_vec(),
+            text(schema)?,
+            text(name)?,
+        ));
         self.tables.insert((table_id.into(), json.into()), t);
         Ok(t)
     }
