@@ -10,7 +10,7 @@
 use crate::decode::Interner;
 use crate::event::{Event, Image};
 use crate::jsonw;
-use crate::value;
+use crate::value::{self, Member};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -1190,14 +1190,18 @@ fn is_unavailable(unavailable: &[Box<str>], escaped_name: &[u8]) -> bool {
     unavailable.iter().any(|u| *escaped(u) == *escaped_name)
 }
 
-fn find_member<'a>(e: &'a Event, image: &Image, name: &[u8], hint: usize) -> Option<&'a [u8]> {
-    let buf = &e.buf;
-    if let Some(m) = e.members_of(image).get(hint) {
-        if &buf[m.name.0 as usize..m.name.1 as usize] == name {
-            return Some(&buf[m.value.0 as usize..m.value.1 as usize]);
-        }
+/// The value of member `name` among `members` (the members of one image of `e`), looked for
+/// at position `hint` first: images of one table version list their columns in one order.
+#[inline(always)]
+fn member_at<'a>(e: &'a Event, members: &[Member], name: &[u8], hint: usize) -> Option<&'a [u8]> {
+    let span = |s: (u32, u32)| &e.buf[s.0 as usize..s.1 as usize];
+    match members.get(hint) {
+        Some(m) if span(m.name) == name => Some(span(m.value)),
+        _ => members
+            .iter()
+            .find(|m| span(m.name) == name)
+            .map(|m| span(m.value)),
     }
-    crate::event::member_value(e, image, name)
 }
 
 fn push_name(out: &mut Vec<u8>, first: &mut bool, escaped_name: &[u8]) {
@@ -1259,9 +1263,10 @@ fn changed(
         return;
     };
     let mut first = true;
+    let (bm, am) = (be.members_of(before), ae.members_of(after));
     let differs = |name: &[u8], hint: usize| -> bool {
-        let a = find_member(be, before, name, hint);
-        let b = find_member(ae, after, name, hint);
+        let a = member_at(be, bm, name, hint);
+        let b = member_at(ae, am, name, hint);
         match (a, b) {
             (None, None) => false,
             (Some(x), Some(y)) => !value::py_eq(x, y),
@@ -1281,7 +1286,7 @@ fn changed(
             }
         }
         None => {
-            for (i, m) in ae.members_of(after).iter().enumerate() {
+            for (i, m) in am.iter().enumerate() {
                 let name = &ae.buf[m.name.0 as usize..m.name.1 as usize];
                 if !unavailable.is_empty() && is_unavailable(unavailable, name) {
                     continue;

@@ -115,12 +115,3 @@ impl Event {
         self.op == b'r' && self.snapshot != incremental
     }
 }
-
-/// Lookup of one member by name.
-pub fn member_value<'a>(e: &'a Event, image: &Image, name: &[u8]) -> Option<&'a [u8]> {
-    let buf = &e.buf;
-    e.members_of(image)
-        .iter()
-        .find(|m| &buf[m.name.0 as usize..m.name.1 as usize] == name)
-        .map(|m| &buf[m.value.0 as usize..m.value.1 as usize])
-}
