@@ -536,7 +536,7 @@ impl Datum {
     fn present(cur: &mut Cursor<'_>, null_at: u8) -> Result<bool> {
         match cur.byte()? {
             b if b == 2 * null_at => Ok(false),
-            b if b == 2 - 2 * null_at => Ok(true),
+            b if b == 2 * (null_at ^ 1) => Ok(true),
             _ => Err(Decline),
         }
     }

@@ -868,7 +868,7 @@ impl Core {
     fn write_event_id(&mut self, parts: &[&Event], seq: (u32, u32), out: &mut Vec<u8>) {
         let mut ident = std::mem::take(&mut self.ident);
         ident.clear();
-        let last = parts.len() - 1;
+        let last = parts.len().saturating_sub(1);
         for (i, e) in parts.iter().enumerate() {
             if i > 0 {
                 ident.push(1);
