@@ -513,20 +513,13 @@ enum Datum {
 impl Datum {
     fn of(node: &Node) -> Datum {
         let plain = |x: &Node| is_scalar(x) && !matches!(x, Node::Null | Node::Union(_));
-        match node {
-            Node::Union(b) if b.len() == 2 => match (&b[0], &b[1]) {
-                (Node::Null, x) if plain(x) => Datum::Optional {
-                    null_at: 0,
-                    node: x.clone(),
-                },
-                (x, Node::Null) if plain(x) => Datum::Optional {
-                    null_at: 1,
-                    node: x.clone(),
-                },
-                _ => Datum::Other(node.clone()),
+        match optional(node) {
+            Some((Some(null_at), x)) if plain(x) => Datum::Optional {
+                null_at,
+                node: x.clone(),
             },
-            x if plain(x) => Datum::Plain(x.clone()),
-            x => Datum::Other(x.clone()),
+            Some((None, x)) if plain(x) => Datum::Plain(x.clone()),
+            _ => Datum::Other(node.clone()),
         }
     }
 
@@ -637,27 +630,28 @@ pub struct AvroValue {
     parsed: Parsed,
     roles: Vec<Role>,
     /// How each row column is read.
-    columns: Vec<Datum>,
+    readers: Vec<Datum>,
     /// Each row column's name as JSON text (quoted, escaped), written once here.
     names: Vec<Vec<u8>>,
     pub table: Arc<Table>,
 }
 
-/// A compiled key schema (a record of scalar fields).
+/// A compiled key schema (a record of scalar fields): each field's name as JSON text and
+/// its reader.
 pub struct AvroKey {
-    parsed: Parsed,
-    record: usize,
+    fields: Vec<(Vec<u8>, Datum)>,
 }
 
-/// `[null, X]`, `[X, null]` or `X` → (X, optional).
-fn non_null(node: &Node) -> Option<&Node> {
+/// `[null, X]`, `[X, null]` or `X` → (null's branch index, `None` for a bare `X`; `X`).
+fn optional(node: &Node) -> Option<(Option<u8>, &Node)> {
     match node {
         Node::Union(b) if b.len() == 2 => match (&b[0], &b[1]) {
-            (Node::Null, x) | (x, Node::Null) if !matches!(x, Node::Null) => Some(x),
+            (Node::Null, x) if !matches!(x, Node::Null) => Some((Some(0), x)),
+            (x, Node::Null) if !matches!(x, Node::Null) => Some((Some(1), x)),
             _ => None,
         },
         Node::Union(_) => None,
-        x => Some(x),
+        x => Some((None, x)),
     }
 }
 
@@ -670,20 +664,10 @@ fn is_scalar(node: &Node) -> bool {
     }
 }
 
-fn optional_record(node: &Node) -> Option<usize> {
-    match non_null(node)? {
-        Node::Record(r) => Some(*r),
-        _ => None,
-    }
-}
-
-/// The branch index of null in an optional type (`None`: not a union).
-fn null_index(node: &Node) -> Option<u8> {
-    match node {
-        Node::Union(b) => b
-            .iter()
-            .position(|x| matches!(x, Node::Null))
-            .map(|i| i as u8),
+/// An optional record: (null's branch index, the record).
+fn optional_record(node: &Node) -> Option<(Option<u8>, usize)> {
+    match optional(node)? {
+        (null_at, Node::Record(r)) => Some((null_at, *r)),
         _ => None,
     }
 }
@@ -710,7 +694,7 @@ impl Parsed {
 
 /// The Connect column of one row field (`column_from_avro`).
 fn column_of(parsed: &Parsed, field: &Field, opts: &Options) -> Result<schema::Column> {
-    let inner = non_null(&field.node).ok_or(Decline)?;
+    let (_, inner) = optional(&field.node).ok_or(Decline)?;
     if matches!(
         inner,
         Node::Record(_) | Node::Array(_) | Node::Map(_) | Node::Union(_) | Node::Null
@@ -845,19 +829,19 @@ impl AvroValue {
         for f in &parsed.records[top].fields {
             let role = match f.name.as_str() {
                 "before" | "after" => {
-                    let r = optional_record(&f.node).ok_or(Decline)?;
+                    let (null_at, r) = optional_record(&f.node).ok_or(Decline)?;
                     if row.is_some_and(|q| q != r) {
                         return Err(Decline);
                     }
                     row = Some(r);
                     Role::Image {
                         after: f.name == "after",
-                        null_at: null_index(&f.node),
+                        null_at,
                     }
                 }
                 "source" => {
-                    let r = optional_record(&f.node).ok_or(Decline)?;
-                    Role::Source(null_index(&f.node), source_roles(&parsed.records[r])?)
+                    let (null_at, r) = optional_record(&f.node).ok_or(Decline)?;
+                    Role::Source(null_at, source_roles(&parsed.records[r])?)
                 }
                 "op" => {
                     has_op = true;
@@ -873,8 +857,8 @@ impl AvroValue {
                     Role::TsMs(Datum::of(&f.node))
                 }
                 "transaction" => {
-                    let r = optional_record(&f.node).ok_or(Decline)?;
-                    Role::Tx(null_index(&f.node), tx_roles(&parsed.records[r])?)
+                    let (null_at, r) = optional_record(&f.node).ok_or(Decline)?;
+                    Role::Tx(null_at, tx_roles(&parsed.records[r])?)
                 }
                 _ => Role::Skip(Datum::of(&f.node)),
             };
@@ -888,24 +872,13 @@ impl AvroValue {
         for f in &parsed.records[row].fields {
             columns.push(column_of(&parsed, f, opts)?);
         }
-        let data = parsed.records[row]
-            .fields
-            .iter()
-            .map(|f| Datum::of(&f.node))
-            .collect();
-        let names = parsed.records[row]
-            .fields
-            .iter()
-            .map(|f| {
-                let mut name = Vec::with_capacity(f.name.len() + 2);
-                jsonw::write_str(&mut name, &f.name);
-                name
-            })
-            .collect();
+        let fields = &parsed.records[row].fields;
+        let readers = fields.iter().map(|f| Datum::of(&f.node)).collect();
+        let names = fields.iter().map(|f| jsonw::json_string(&f.name)).collect();
         Ok(AvroValue {
             parsed,
             roles,
-            columns: data,
+            readers,
             names,
             table: Arc::new(Table::new(columns)),
         })
@@ -918,14 +891,16 @@ impl AvroKey {
         let Node::Record(record) = parsed.top else {
             return Err(Decline);
         };
-        if !parsed.records[record]
-            .fields
-            .iter()
-            .all(|f| is_scalar(&f.node))
-        {
+        let fields = &parsed.records[record].fields;
+        if !fields.iter().all(|f| is_scalar(&f.node)) {
             return Err(Decline);
         }
-        Ok(AvroKey { parsed, record })
+        Ok(AvroKey {
+            fields: fields
+                .iter()
+                .map(|f| (jsonw::json_string(&f.name), Datum::of(&f.node)))
+                .collect(),
+        })
     }
 
     /// The key datum (after the 5-byte header) as the reference's key JSON (`msgspec` of the
@@ -933,13 +908,13 @@ impl AvroKey {
     pub fn write(&self, data: &[u8], out: &mut Vec<u8>) -> Result<()> {
         let mut cur = Cursor::new(data, 5);
         out.push(b'{');
-        for (i, f) in self.parsed.records[self.record].fields.iter().enumerate() {
+        for (i, (name, datum)) in self.fields.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            jsonw::write_str(out, &f.name);
+            out.extend_from_slice(name);
             out.push(b':');
-            match scalar_of(&mut cur, &f.node)? {
+            match datum.scalar(&mut cur)? {
                 Prim::Null => out.extend_from_slice(b"null"),
                 Prim::Bool(true) => out.extend_from_slice(b"true"),
                 Prim::Bool(false) => out.extend_from_slice(b"false"),
@@ -1090,7 +1065,7 @@ impl AvroValue {
         let mut table_gone = crate::dom::GoneColumns::default();
         out.push(b'{');
         let columns = self
-            .columns
+            .readers
             .iter()
             .zip(&self.table.columns)
             .zip(&self.names);
@@ -1192,6 +1167,18 @@ mod tests {
         #[test]
         fn strings_are_utf8_or_declined(data in proptest::collection::vec(any::<u8>(), 0..40)) {
             prop_assert_eq!(utf8(&data).ok(), std::str::from_utf8(&data).ok());
+        }
+
+        #[test]
+        fn ascii_strings_read_whole(data in proptest::collection::vec(0u8..0x80, 0..40), at in any::<proptest::sample::Index>(), byte in 0x80u8..) {
+            // ASCII (the fast path), and the same with one byte at or above 0x80 (never ASCII)
+            prop_assert_eq!(utf8(&data).ok(), std::str::from_utf8(&data).ok());
+            prop_assert!(utf8(&data).is_ok());
+            let mut other = data.clone();
+            if !other.is_empty() {
+                other[at.index(data.len())] = byte;
+                prop_assert_eq!(utf8(&other).ok(), std::str::from_utf8(&other).ok());
+            }
         }
     }
 

@@ -372,9 +372,7 @@ impl Core {
                 let i = self.topics.len() as u32;
                 let arc: Arc<str> = name.into();
                 self.topics.push(arc.clone());
-                let mut json = Vec::with_capacity(name.len() + 2);
-                jsonw::write_str(&mut json, name);
-                self.topic_json.push(json);
+                self.topic_json.push(jsonw::json_string(name));
                 self.topic_index.insert(arc, i);
                 i
             }
@@ -864,8 +862,9 @@ impl Core {
         out.extend_from_slice(e.key_bytes());
     }
 
-    /// The event id of `parts` (the last one's seq text is `out[seq]`, just written).
-    fn write_event_id(&mut self, parts: &[&Event], seq: (u32, u32), out: &mut Vec<u8>) {
+    /// The event id of `parts` (the last one's seq text was just written to `out`).
+    fn write_event_id(&mut self, parts: &[&Event], out: &mut Vec<u8>) {
+        let seq = self.current[2];
         let mut ident = std::mem::take(&mut self.ident);
         ident.clear();
         let last = parts.len().saturating_sub(1);
@@ -1063,7 +1062,7 @@ impl Core {
         }
         out.extend_from_slice(b"],\"event_id\":");
         let at = out.len();
-        self.write_event_id(lineage, self.current[2], out);
+        self.write_event_id(lineage, out);
         self.current[5] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"format_version\":1}\n");
         self.out_records += 1;
@@ -1302,7 +1301,7 @@ fn changed(
 /// The texts of the last two seconds written (`"YYYY-MM-DDTHH:MM:SS.`, at most 21 bytes): a
 /// record writes its commit and its capture time, usually in two different seconds, so one
 /// entry missed on every call.
-pub struct SecondTexts {
+struct SecondTexts {
     seconds: [i64; 2],
     texts: [([u8; 24], u8); 2],
     next: usize,
@@ -1320,7 +1319,7 @@ impl Default for SecondTexts {
 
 impl SecondTexts {
     /// `iso_ms` (see [`write_iso_ms_uncached`]) through the cache of the second's text.
-    pub fn write_iso_ms(&mut self, out: &mut Vec<u8>, ms: Option<i64>) {
+    fn write_iso_ms(&mut self, out: &mut Vec<u8>, ms: Option<i64>) {
         let Some(v) = ms else {
             out.extend_from_slice(b"null");
             return;
@@ -1383,15 +1382,7 @@ pub fn write_iso_ms_uncached(out: &mut Vec<u8>, ms: Option<i64>) {
     out.push(b'"');
     out.extend_from_slice(&date[lead..]);
     out.push(b'T');
-    let two = |out: &mut Vec<u8>, v: i64| {
-        out.push(b'0' + (v / 10) as u8);
-        out.push(b'0' + (v % 10) as u8);
-    };
-    two(out, secs / 3600);
-    out.push(b':');
-    two(out, secs / 60 % 60);
-    out.push(b':');
-    two(out, secs % 60);
+    crate::schema::write_clock(secs, out);
     out.push(b'.');
     out.push(b'0' + (millis / 100) as u8);
     out.push(b'0' + (millis / 10 % 10) as u8);

@@ -61,11 +61,9 @@ pub struct TableInfo {
 
 impl TableInfo {
     pub fn new(table_id: Arc<str>, json: Vec<u8>, schema: String, name: String) -> TableInfo {
-        let mut id_json = Vec::with_capacity(table_id.len() + 2);
-        crate::jsonw::write_str(&mut id_json, &table_id);
         TableInfo {
+            id_json: crate::jsonw::json_string(&table_id),
             table_id,
-            id_json,
             json,
             schema,
             name,
@@ -176,9 +174,7 @@ impl Interner {
         }
         let i = self.snapshots.len() as u32;
         self.snapshots.push(marker.to_string());
-        let mut json = Vec::with_capacity(marker.len() + 2);
-        crate::jsonw::write_str(&mut json, marker);
-        self.snapshot_json.push(json);
+        self.snapshot_json.push(crate::jsonw::json_string(marker));
         self.snapshot_index.insert(marker.to_string(), i);
         i
     }

@@ -133,6 +133,13 @@ pub fn write_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
     }
 }
 
+/// `s` as a JSON string (for names written on every record, escaped once).
+pub fn json_string(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    write_str(&mut out, s);
+    out
+}
+
 /// `bytes` as a JSON string of their standard base64, encoded in place (no buffer per value).
 pub fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
     use base64::Engine;

@@ -902,7 +902,8 @@ fn push_digits(out: &mut Vec<u8>, v: u64, width: usize) {
     }
 }
 
-fn write_clock(secs: i64, out: &mut Vec<u8>) {
+/// `HH:MM:SS` of seconds within a day.
+pub(crate) fn write_clock(secs: i64, out: &mut Vec<u8>) {
     let minute = secs / 60;
     push_digits(out, (minute / 60) as u64, 2);
     out.push(b':');
