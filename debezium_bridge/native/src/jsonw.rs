@@ -164,81 +164,128 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> bool {
     if !v.is_finite() {
         return false;
     }
+    // ryu's layout is msgspec's: fixed notation for decimal exponents -5..=15, else
+    // scientific without `+` or padding (`floats_as_msgspec`, `ryu_text_is_the_layout`)
     let mut buf = ryu::Buffer::new();
-    write_shortest_text(out, buf.format_finite(v).as_bytes());
+    out.extend_from_slice(buf.format_finite(v).as_bytes());
     true
 }
 
-/// A float's shortest round-trip text as ryu writes it (`-1.5e-7`, `100.0`), laid out as
-/// msgspec writes floats.
-pub fn write_shortest_text(out: &mut Vec<u8>, text: &[u8]) {
-    let (negative, text) = match text.first() {
-        Some(b'-') => (true, &text[1..]),
-        _ => (false, text),
-    };
-    let (mantissa, exp) = match text.iter().position(|&b| b == b'e' || b == b'E') {
-        Some(at) => {
-            let exp_text = std::str::from_utf8(&text[at + 1..]).unwrap_or("0");
-            (&text[..at], exp_text.parse::<i32>().unwrap_or(0))
-        }
-        None => (text, 0),
-    };
-    // the mantissa's digits without the point (ryu writes at most 17 significant digits; a
-    // longer text keeps its first 32, which never happens)
-    let mut all = [0u8; 32];
-    let (mut len, mut int_len) = (0usize, 0i32);
-    let mut seen_dot = false;
-    for &b in mantissa {
-        if b == b'.' {
-            seen_dot = true;
-        } else if len < all.len() {
-            all[len] = b;
-            len += 1;
-            if !seen_dot {
-                int_len += 1;
+/// A decimal as `0.D × 10^point`, `D` its significant digits (ASCII) without leading or
+/// trailing zeros; empty for zero.
+pub struct Digits {
+    ascii: [u8; 32],
+    len: usize,
+    point: i32,
+}
+
+impl Digits {
+    /// The digits of a float's unsigned text as ryu writes it (`1.5e-7`, `100.0`): at most
+    /// 17 significant digits, 22 digits with the zeros of fixed notation (a longer text would
+    /// keep its first 32).
+    pub fn of_text(text: &[u8]) -> Self {
+        let (mantissa, exp) = match text.iter().position(|&b| b == b'e' || b == b'E') {
+            Some(at) => {
+                let exp_text = std::str::from_utf8(&text[at + 1..]).unwrap_or("0");
+                (&text[..at], exp_text.parse::<i32>().unwrap_or(0))
             }
+            None => (text, 0),
+        };
+        let (int, fraction) = match mantissa.iter().position(|&b| b == b'.') {
+            Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
+            None => (mantissa, &b""[..]),
+        };
+        let mut digits = Digits {
+            ascii: [0; 32],
+            len: 0,
+            point: 0,
+        };
+        let int = &int[..int.len().min(32)];
+        let fraction = &fraction[..fraction.len().min(32 - int.len())];
+        let len = int.len() + fraction.len();
+        digits.ascii[..int.len()].copy_from_slice(int);
+        digits.ascii[int.len()..len].copy_from_slice(fraction);
+        // leading zeros move the point
+        let lead = digits.ascii[..len]
+            .iter()
+            .take_while(|&&b| b == b'0')
+            .count();
+        digits.ascii.copy_within(lead..len, 0);
+        digits.len = len - lead;
+        digits.point = int.len() as i32 + exp - lead as i32;
+        digits.trim();
+        digits
+    }
+
+    /// The digits of `q × 10^exp`.
+    pub fn of_scaled(q: u64, exp: i32) -> Self {
+        let mut buf = itoa::Buffer::new();
+        let text = buf.format(q).as_bytes();
+        let mut digits = Digits {
+            ascii: [0; 32],
+            len: text.len(),
+            point: text.len() as i32 + exp,
+        };
+        digits.ascii[..text.len()].copy_from_slice(text);
+        if q == 0 {
+            digits.len = 0;
+        }
+        digits.trim();
+        digits
+    }
+
+    fn trim(&mut self) {
+        while self.len > 0 && self.ascii[self.len - 1] == b'0' {
+            self.len -= 1;
         }
     }
-    // strip leading zeros (they move the point) and trailing zeros
-    let lead = all[..len].iter().take_while(|&&d| d == b'0').count();
-    int_len -= lead as i32;
-    let mut end = len;
-    while end > lead && all[end - 1] == b'0' {
-        end -= 1;
+
+    /// The significant digits, ASCII.
+    pub fn ascii(&self) -> &[u8] {
+        &self.ascii[..self.len]
     }
-    let digits = &all[lead..end];
-    if negative {
-        out.push(b'-');
+
+    /// The decimal exponent of `0.D`.
+    pub fn point(&self) -> i32 {
+        self.point
     }
-    if digits.is_empty() {
-        out.extend_from_slice(b"0.0");
-        return;
-    }
-    let point = int_len + exp; // value = 0.d1d2... * 10^point
-    let sci_exp = point - 1;
-    let n = digits.len() as i32;
-    if (-5..=15).contains(&sci_exp) {
-        if point <= 0 {
-            out.extend_from_slice(b"0.");
-            out.extend(std::iter::repeat_n(b'0', (-point) as usize));
-            out.extend_from_slice(digits);
-        } else if point >= n {
-            out.extend_from_slice(digits);
-            out.extend(std::iter::repeat_n(b'0', (point - n) as usize));
-            out.extend_from_slice(b".0");
+
+    /// The value laid out as msgspec writes floats.
+    pub fn write(&self, out: &mut Vec<u8>, negative: bool) {
+        let digits = self.ascii();
+        if negative {
+            out.push(b'-');
+        }
+        if digits.is_empty() {
+            out.extend_from_slice(b"0.0");
+            return;
+        }
+        let point = self.point;
+        let sci_exp = point - 1;
+        let n = digits.len() as i32;
+        if (-5..=15).contains(&sci_exp) {
+            if point <= 0 {
+                out.extend_from_slice(b"0.");
+                out.extend(std::iter::repeat_n(b'0', (-point) as usize));
+                out.extend_from_slice(digits);
+            } else if point >= n {
+                out.extend_from_slice(digits);
+                out.extend(std::iter::repeat_n(b'0', (point - n) as usize));
+                out.extend_from_slice(b".0");
+            } else {
+                out.extend_from_slice(&digits[..point as usize]);
+                out.push(b'.');
+                out.extend_from_slice(&digits[point as usize..]);
+            }
         } else {
-            out.extend_from_slice(&digits[..point as usize]);
-            out.push(b'.');
-            out.extend_from_slice(&digits[point as usize..]);
+            out.push(digits[0]);
+            if n > 1 {
+                out.push(b'.');
+                out.extend_from_slice(&digits[1..]);
+            }
+            out.push(b'e');
+            write_i64(out, sci_exp as i64);
         }
-    } else {
-        out.push(digits[0]);
-        if n > 1 {
-            out.push(b'.');
-            out.extend_from_slice(&digits[1..]);
-        }
-        out.push(b'e');
-        write_i64(out, sci_exp as i64);
     }
 }
 
@@ -292,6 +339,32 @@ mod tests {
         ];
         for (v, want) in cases {
             assert_eq!(f(*v), *want, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn ryu_text_is_the_layout() {
+        // the digits of ryu's text, laid out again, give the same text: all magnitudes
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let v = f64::from_bits(state);
+            let short = (state >> 11) as f64 / 10f64.powi((state % 40) as i32 - 20);
+            for v in [v, short] {
+                if !v.is_finite() {
+                    continue;
+                }
+                let mut buf = ryu::Buffer::new();
+                let text = buf.format_finite(v).as_bytes();
+                let mut laid_out = Vec::new();
+                match text.strip_prefix(b"-") {
+                    Some(magnitude) => Digits::of_text(magnitude).write(&mut laid_out, true),
+                    None => Digits::of_text(text).write(&mut laid_out, false),
+                }
+                assert_eq!(laid_out, text, "{v:e}");
+            }
         }
     }
 

@@ -583,147 +583,82 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
 /// A float32 column value as the reference writes it: the float whose shortest text of 6 to 9
 /// significant digits reads back as the same float32 (`_float32`), as msgspec writes floats.
 pub fn write_float32(out: &mut Vec<u8>, v: f64) {
-    let mut buf = ryu::Buffer::new();
-    match quick_f32(v, &mut buf) {
-        // that value's own shortest text is this one (a double keeps 15 significant digits,
-        // so no shorter text reads back as it): no second formatting
-        Some((_, text)) => jsonw::write_shortest_text(out, text.as_bytes()),
+    match float32_digits(v) {
+        Some(digits) => digits.write(out, v < 0.0),
         None => {
-            let value = digits_search_f32(v).unwrap_or_else(|| search_f32(v));
-            jsonw::write_f64(out, value);
+            jsonw::write_f64(out, search_f32(v));
         }
     }
 }
 
-/// [`write_float32`] without a search, where the answer is known: for `v` exactly a normal
-/// float32 `x` whose shortest round-trip text (ryu) has at most 6 significant digits, that text
-/// *is* the reference's 6-digit rounding of `x`. (It lies within half an f32 ulp of `x`, at
-/// most 2^-23·|x| ≈ 1.2e-7·|x|, while 6-digit values of `x`'s decade are 1e-5·10^E ≥ 1e-6·|x|
-/// apart, so it is the 6-digit value nearest `x`, strictly; a power of ten above `x` is on
-/// that grid too.) The reference then keeps that value if it reads back as `x`, which is
-/// checked here the same way; anything else takes the search.
-/// Returns the value and its text.
-fn quick_f32(v: f64, buf: &mut ryu::Buffer) -> Option<(f64, &str)> {
-    let x = v as f32;
-    if x as f64 != v || !x.is_normal() {
-        return None;
-    }
-    let text = buf.format_finite(x);
-    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
-    let digits = mantissa.bytes().filter(u8::is_ascii_digit);
-    let (mut first, mut last) = (None, 0);
-    for (i, d) in digits.enumerate() {
-        if d != b'0' {
-            first.get_or_insert(i);
-            last = i;
+/// 10^0 ..= 10^22, the powers of ten a double holds exactly.
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The double nearest `q × 10^exp`, as parsing its text gives. Where `q` and `10^|exp|` are
+/// both exact doubles (`q` < 2^53, |exp| ≤ 22), one multiplication or division rounds the exact
+/// value once, correctly (Clinger's fast path); otherwise the text is parsed.
+fn decimal_value(q: u64, exp: i32) -> f64 {
+    if q < 1 << 53 {
+        if let Some(&scale) = EXACT_POW10.get(exp.unsigned_abs() as usize) {
+            return if exp >= 0 {
+                q as f64 * scale
+            } else {
+                q as f64 / scale
+            };
         }
     }
-    if last - first? + 1 > 6 {
-        return None;
-    }
-    let candidate: f64 = text.parse().ok()?;
-    if (candidate as f32).to_bits() != x.to_bits() {
-        return None;
-    }
-    Some((candidate, text))
+    format!("{q}e{exp}").parse().unwrap_or(f64::NAN)
 }
 
-/// The reference's search computed from `v`'s shortest round-trip digits (ryu) instead of six
-/// to nine exact formattings. Rounding `v` to `p` significant digits gives the same digits as
+/// The digits of the reference's answer for a float32 value `v` (the digits of `|v|`),
+/// computed from `v`'s shortest round-trip digits (ryu) instead of six to nine exact
+/// formattings and parses. Rounding `v` to `p` significant digits gives the same digits as
 /// rounding its shortest text `s` to `p` digits unless a half-way point of the `p`-digit grid
 /// lies between `s` and `v` or on `s`: it cannot lie strictly between (it would be a text of at
 /// most `p + 1` digits at least as close to `v` as `s`, so ryu would have chosen it or one
 /// shorter); on `s`, `v`'s exact binary value decides — above or below `s` rounds away or
 /// toward zero, equal is a tie, rounded to even digits as the formatting does (values such as
 /// `-15905.875`, exact in binary, are ties at 7 digits). With `p` at least the length of `s`,
-/// the rounding is `s` itself, which reads back as `v`. `None`: left to [`search_f32`].
-fn digits_search_f32(v: f64) -> Option<f64> {
-    let target = (v as f32).to_bits();
+/// the rounding is `s` itself, which reads back as `v`. A rounding that reads back is written
+/// with its own digits: a double nearest a decimal of at most 9 digits has that decimal as its
+/// only shortest text (two such decimals are further apart than a double's spacing).
+/// `None`: left to [`search_f32`].
+fn float32_digits(v: f64) -> Option<jsonw::Digits> {
     if !v.is_finite() || v == 0.0 {
         return None;
     }
-    let mut ryu_buf = ryu::Buffer::new();
-    let text = ryu_buf.format_finite(v.abs());
-    let (mantissa, exp) = match text.split_once(['e', 'E']) {
-        Some((m, e)) => (m, e.parse::<i32>().ok()?),
-        None => (text, 0),
-    };
-    // v = 0.D × 10^point
-    let int_len = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
-    let mut digits = [0u8; 24];
-    let mut n = 0usize;
-    let mut point = int_len + exp;
-    for b in mantissa.bytes().filter(u8::is_ascii_digit) {
-        if n == 0 && b == b'0' {
-            point -= 1; // leading zeros
-            continue;
-        }
-        *digits.get_mut(n)? = b;
-        n += 1;
-    }
-    while n > 0 && digits[n - 1] == b'0' {
-        n -= 1;
-    }
-    if n == 0 {
-        return None;
-    }
+    let target = (v as f32).to_bits();
+    let mut buf = ryu::Buffer::new();
+    let shortest = jsonw::Digits::of_text(buf.format_finite(v.abs()).as_bytes());
+    let digits = shortest.ascii();
+    let n = digits.len();
     for p in 6..=9usize {
         if p >= n {
-            return Some(v); // the text is `s`, which reads back as `v`
+            return Some(shortest);
         }
-        let mut rounded = [b'0'; 10];
-        rounded[..p].copy_from_slice(&digits[..p]);
-        let mut at = point;
         let up = match digits[p] {
             b'6'..=b'9' => true,
             b'5' if p + 1 < n => true,
-            b'5' => match cmp_exact(v.abs(), &digits[..n], n as i32 - point)? {
+            b'5' => match cmp_exact(v.abs(), digits, n as i32 - shortest.point())? {
                 std::cmp::Ordering::Greater => true,
                 std::cmp::Ordering::Less => false,
                 std::cmp::Ordering::Equal => (digits[p - 1] - b'0') % 2 == 1,
             },
             _ => false,
         };
-        if up {
-            let mut i = p;
-            loop {
-                if i == 0 {
-                    rounded[0] = b'1';
-                    rounded[1..=p].fill(b'0');
-                    at += 1;
-                    break;
-                }
-                i -= 1;
-                if rounded[i] == b'9' {
-                    rounded[i] = b'0';
-                } else {
-                    rounded[i] += 1;
-                    break;
-                }
-            }
-        }
-        // "-0.DDDDDDDDDe-XXX"
-        let mut candidate_text = [0u8; 24];
-        let mut len = 0;
-        let mut push = |b: u8| {
-            candidate_text[len] = b;
-            len += 1;
-        };
-        if v < 0.0 {
-            push(b'-');
-        }
-        push(b'0');
-        push(b'.');
-        rounded[..p].iter().for_each(|&d| push(d));
-        push(b'e');
-        let mut exp_buf = itoa::Buffer::new();
-        exp_buf.format(at).bytes().for_each(push);
-        let candidate: f64 = std::str::from_utf8(&candidate_text[..len])
-            .ok()?
-            .parse()
-            .ok()?;
+        // a carry to 10^p stays right: q × 10^(point - p) is the rounded value either way
+        let q = digits[..p]
+            .iter()
+            .fold(0, |acc, &d| acc * 10 + u64::from(d - b'0'))
+            + u64::from(up);
+        let exp = shortest.point() - p as i32;
+        let magnitude = decimal_value(q, exp);
+        let candidate = if v < 0.0 { -magnitude } else { magnitude };
         if (candidate as f32).to_bits() == target {
-            return Some(candidate);
+            return Some(jsonw::Digits::of_scaled(q, exp));
         }
     }
     None
@@ -1047,44 +982,7 @@ mod tests {
     }
 
     #[test]
-    fn float32_quick_path_agrees_with_the_search() {
-        // every value the quick path answers is what the reference's search gives
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut checked = 0;
-        let mut values: Vec<f32> =
-            vec![0.1, 1.0, 10.0, 9.999_999, 1e-7, 123.45, -0.3, 1e30, 3.0e-38];
-        for _ in 0..60_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            values.push(f32::from_bits(state as u32));
-            // short decimals, as columns usually hold
-            let short = ((state >> 32) % 2_000_000) as f32 / 100.0 - 10_000.0;
-            values.push(short);
-            values.push(short * 1e-20);
-            values.push(short * 1e20);
-        }
-        for x in values {
-            if !x.is_finite() {
-                continue;
-            }
-            let v = x as f64;
-            let mut buf = ryu::Buffer::new();
-            if let Some((quick, text)) = quick_f32(v, &mut buf) {
-                assert_eq!(quick.to_bits(), search_f32(v).to_bits(), "{x:e}");
-                // the text written is the value's own shortest text
-                let (mut written, mut expected) = (Vec::new(), Vec::new());
-                jsonw::write_shortest_text(&mut written, text.as_bytes());
-                jsonw::write_f64(&mut expected, quick);
-                assert_eq!(written, expected, "{x:e}");
-                checked += 1;
-            }
-        }
-        assert!(checked > 50_000, "{checked}");
-    }
-
-    #[test]
-    fn float32_digits_search_agrees_with_the_search() {
+    fn float32_digits_are_the_searchs_text() {
         // float32 values, their f64 neighbours and decimal texts as JSON carries them: the
         // digit-rounding search answers as the formatting search does, or leaves it the value
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -1118,16 +1016,37 @@ mod tests {
             values.push(-short * 1e-30);
             // binary fractions: exact ties at some precision
             values.push(((state >> 8) % (1 << 24)) as f64 / f64::from(1u32 << ((state >> 3) % 12)));
+            // float32 columns of short decimals, as columns usually hold
+            let short32 = ((state >> 32) % 2_000_000) as f32 / 100.0 - 10_000.0;
+            values.extend([short32, short32 * 1e-20, short32 * 1e20].map(f64::from));
         }
+        values.extend(
+            [
+                0.1f32,
+                1.0,
+                10.0,
+                9.999_999,
+                1e-7,
+                123.45,
+                -0.3,
+                1e30,
+                3.0e-38,
+                f32::MIN_POSITIVE,
+            ]
+            .map(f64::from),
+        );
         for v in values {
             if !v.is_finite() || !((v as f32).is_finite()) {
                 continue;
             }
-            if let Some(answer) = digits_search_f32(v) {
-                assert_eq!(answer.to_bits(), search_f32(v).to_bits(), "{v:e}");
+            if let Some(digits) = float32_digits(v) {
+                let (mut written, mut expected) = (Vec::new(), Vec::new());
+                digits.write(&mut written, v < 0.0);
+                jsonw::write_f64(&mut expected, search_f32(v));
+                assert_eq!(written, expected, "{v:e}");
                 answered += 1;
             }
         }
-        assert!(answered > 400_000, "{answered}");
+        assert!(answered > 650_000, "{answered}");
     }
 }
