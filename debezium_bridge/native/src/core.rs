@@ -245,6 +245,8 @@ pub struct Core {
     topic_json: Vec<Vec<u8>>,
     topic_index: hashbrown::HashMap<Arc<str>, u32>,
     last_topic: Option<u32>,
+    /// The last column order met, and whether its names need no escape.
+    last_order: Option<(Arc<[String]>, bool)>,
     /// (topic id, partition) per tp id
     pub tps: Vec<(u32, i32)>,
     tp_index: hashbrown::HashMap<(u32, i32), u32>,
@@ -324,6 +326,7 @@ impl Core {
             topic_json: Vec::new(),
             topic_index: Default::default(),
             last_topic: None,
+            last_order: None,
             tps: Vec::new(),
             tp_index: Default::default(),
             incremental,
@@ -905,6 +908,7 @@ impl Core {
         write_image(&mut out, e, &e.after);
         out.extend_from_slice(b",\"changed_columns\":[");
         let unavailable = &e.unavailable;
+        let order = self.order(e);
         match e.op {
             b'u' if e.changed.is_some() => {
                 // the source says (CDC update mask)
@@ -917,7 +921,7 @@ impl Core {
                 e,
                 e.after.as_ref(),
                 unavailable,
-                e.column_order.as_deref(),
+                order,
             ),
             b't' => {}
             _ => {
@@ -926,7 +930,7 @@ impl Core {
                 } else {
                     e.after.as_ref()
                 };
-                columns(&mut out, e, image, e.column_order.as_deref(), unavailable);
+                columns(&mut out, e, image, order, unavailable);
             }
         }
         out.extend_from_slice(b"],\"unavailable_columns\":[");
@@ -934,6 +938,21 @@ impl Core {
         out.push(b']');
         self.write_tail(e, &[e], &mut out);
         self.out = out;
+    }
+
+    /// `e`'s column order; whether its names need an escape is found once per table version
+    /// (the events of one version share their order's `Arc`).
+    fn order<'e>(&mut self, e: &'e Event) -> Option<Order<'e>> {
+        let names = e.column_order.as_ref()?;
+        let plain = match &self.last_order {
+            Some((seen, plain)) if Arc::ptr_eq(seen, names) => *plain,
+            _ => {
+                let plain = !names.iter().any(|n| jsonw::needs_escape(n.as_bytes()));
+                self.last_order = Some((names.clone(), plain));
+                plain
+            }
+        };
+        Some(Order { names, plain })
     }
 
     fn write_merged(&mut self, d: &Event, c: &Event) {
@@ -978,7 +997,7 @@ impl Core {
                 c,
                 c.after.as_ref(),
                 &unavailable,
-                c.column_order.as_deref(),
+                self.order(c),
             ),
         }
         out.extend_from_slice(b"],\"unavailable_columns\":[");
@@ -1185,6 +1204,24 @@ fn escaped(name: &str) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// A table version's column names in order, and whether none of them needs a JSON escape
+/// (then a name is its own escaped text).
+#[derive(Clone, Copy)]
+struct Order<'a> {
+    names: &'a [String],
+    plain: bool,
+}
+
+impl<'a> Order<'a> {
+    fn escaped(&self, name: &'a str) -> std::borrow::Cow<'a, [u8]> {
+        if self.plain {
+            std::borrow::Cow::Borrowed(name.as_bytes())
+        } else {
+            escaped(name)
+        }
+    }
+}
+
 fn is_unavailable(unavailable: &[Box<str>], escaped_name: &[u8]) -> bool {
     unavailable.iter().any(|u| *escaped(u) == *escaped_name)
 }
@@ -1218,15 +1255,15 @@ fn columns(
     out: &mut Vec<u8>,
     e: &Event,
     image: Option<&Image>,
-    order: Option<&[String]>,
+    order: Option<Order<'_>>,
     unavailable: &[Box<str>],
 ) {
     let Some(image) = image else { return };
     let mut first = true;
     match order {
-        Some(order) if order.len() == e.members_of(image).len() => {
-            for name in order {
-                let esc = escaped(name);
+        Some(order) if order.names.len() == e.members_of(image).len() => {
+            for name in order.names {
+                let esc = order.escaped(name);
                 if unavailable.is_empty() || !is_unavailable(unavailable, &esc) {
                     push_name(out, &mut first, &esc);
                 }
@@ -1251,7 +1288,7 @@ fn changed(
     ae: &Event,
     after: Option<&Image>,
     unavailable: &[Box<str>],
-    order: Option<&[String]>,
+    order: Option<Order<'_>>,
 ) {
     let Some(before) = before else {
         columns(out, ae, after, order, unavailable);
@@ -1274,8 +1311,8 @@ fn changed(
     };
     match order {
         Some(order) => {
-            for (i, name) in order.iter().enumerate() {
-                let esc = escaped(name);
+            for (i, name) in order.names.iter().enumerate() {
+                let esc = order.escaped(name);
                 if !unavailable.is_empty() && is_unavailable(unavailable, &esc) {
                     continue;
                 }
