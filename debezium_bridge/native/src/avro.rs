@@ -298,6 +298,26 @@ impl<'a> Cursor<'a> {
     #[inline]
     pub fn long(&mut self) -> Result<i64> {
         let rest = self.data.get(self.pos..).unwrap_or_default();
+        let zigzag = |n: u64| ((n >> 1) as i64) ^ -((n & 1) as i64);
+        // one byte (lengths, small numbers)
+        if let Some(&b) = rest.first().filter(|&&b| b < 0x80) {
+            self.pos += 1;
+            return Ok(zigzag(u64::from(b)));
+        }
+        // up to 8 bytes from one word: the first byte below 0x80 ends the varint, and the 7-bit
+        // groups before it are packed by halving steps (pairs, quads, the whole)
+        if let Some(word) = rest.first_chunk::<8>().map(|w| u64::from_le_bytes(*w)) {
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = ends.trailing_zeros() as usize / 8 + 1;
+                let x = word & (ends ^ (ends - 1)) & 0x7f7f_7f7f_7f7f_7f7f;
+                let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+                let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+                let n = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+                self.pos += len;
+                return Ok(zigzag(n));
+            }
+        }
         let mut n = 0u64;
         for (i, &b) in rest.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
@@ -306,7 +326,7 @@ impl<'a> Cursor<'a> {
             n |= ((b & 0x7f) as u64) << (7 * i);
             if b < 0x80 {
                 self.pos += i + 1;
-                return Ok(((n >> 1) as i64) ^ -((n & 1) as i64));
+                return Ok(zigzag(n));
             }
         }
         Err(Decline)
@@ -1162,6 +1182,29 @@ mod tests {
             let mut cur = Cursor::new(&data, 0);
             let read = cur.long().ok().map(|v| (v, cur.pos));
             prop_assert_eq!(read, spec_long(&data));
+        }
+
+        #[test]
+        fn longs_of_every_length_read_back(
+            bits in 0u32..64,
+            v in any::<i64>(),
+            tail in proptest::collection::vec(any::<u8>(), 0..10),
+        ) {
+            // values of every magnitude (1 to 10 bytes), zigzag-encoded as the specification
+            // says, followed by any bytes (the one-word path needs 8 readable bytes)
+            let v = v >> bits;
+            let mut n = ((v << 1) ^ (v >> 63)) as u64;
+            let mut data = Vec::new();
+            while n >= 0x80 {
+                data.push((n as u8) | 0x80);
+                n >>= 7;
+            }
+            data.push(n as u8);
+            let len = data.len();
+            data.extend(&tail);
+            let mut cur = Cursor::new(&data, 0);
+            prop_assert_eq!(cur.long().ok().map(|v| (v, cur.pos)), Some((v, len)));
+            prop_assert_eq!(spec_long(&data), Some((v, len)));
         }
 
         #[test]

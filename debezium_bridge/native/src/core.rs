@@ -8,7 +8,7 @@
 //! order whichever decoder read it.
 
 use crate::decode::Interner;
-use crate::event::{Event, Image};
+use crate::event::{Event, Image, SpareBuffers};
 use crate::jsonw;
 use crate::value::{self, Member};
 use std::cmp::Reverse;
@@ -245,6 +245,8 @@ pub struct Core {
     topic_json: Vec<Vec<u8>>,
     topic_index: hashbrown::HashMap<Arc<str>, u32>,
     last_topic: Option<u32>,
+    /// Buffers of written events, for the decoder.
+    pub spare: SpareBuffers,
     /// The last column order met, and whether its names need no escape.
     last_order: Option<(Arc<[String]>, bool)>,
     /// (topic id, partition) per tp id
@@ -326,6 +328,7 @@ impl Core {
             topic_json: Vec::new(),
             topic_index: Default::default(),
             last_topic: None,
+            spare: SpareBuffers::default(),
             last_order: None,
             tps: Vec::new(),
             tp_index: Default::default(),
@@ -747,6 +750,7 @@ impl Core {
             self.counters.changes_out += 1;
             let e = events.pop().unwrap_or_else(unreachable_event);
             self.write_single(&e);
+            self.spare.keep(e);
             if self.spare_groups.len() < SPARE_GROUPS {
                 self.spare_groups.push(events);
             }
@@ -757,8 +761,9 @@ impl Core {
 
     pub fn emit_each(&mut self, events: Vec<Event>) {
         self.counters.changes_out += events.len() as i64;
-        for e in &events {
-            self.write_single(e);
+        for e in events {
+            self.write_single(&e);
+            self.spare.keep(e);
         }
     }
 
@@ -848,6 +853,9 @@ impl Core {
                 Out::Single(i) => self.write_single(&events[i]),
                 Out::Pair(d, c) => self.write_merged(&events[d], &events[c]),
             }
+        }
+        for e in events {
+            self.spare.keep(e);
         }
     }
 

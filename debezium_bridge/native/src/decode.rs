@@ -5,7 +5,7 @@
 //! decoder (CloudEvents, CES, Avro-JSON wrappers, side records, `op=m`, string serials, bad
 //! input of every kind: the reference writes those dead letters).
 
-use crate::event::{Event, Image, Origin, Tx};
+use crate::event::{Event, Image, Origin, SpareBuffers, Tx};
 use crate::lsn;
 use crate::parse::RowMode;
 use crate::schema::{Options, Table};
@@ -344,7 +344,12 @@ impl Decoder {
     }
 
     /// One Confluent Avro value (a data event), or a decline.
-    pub fn decode_avro(&mut self, input: &Input<'_>, interner: &mut Interner) -> Result<Event> {
+    pub fn decode_avro(
+        &mut self,
+        input: &Input<'_>,
+        interner: &mut Interner,
+        spare: &mut SpareBuffers,
+    ) -> Result<Event> {
         let id = crate::avro::schema_id(input.value).ok_or(Decline)?;
         let compiled = self
             .avro_values
@@ -355,8 +360,8 @@ impl Decoder {
         // canonical text is longer than Avro binary by a factor that depends on the table:
         // the last event's length, so that the buffer is not grown while the images are written
         let capacity = (input.value.len() * 2 + 64).max(self.avro_text_len);
-        let mut buf: Vec<u8> = Vec::with_capacity(capacity);
-        let mut members = Vec::with_capacity(2 * compiled.table.columns.len());
+        let mut buf = spare.text(capacity);
+        let mut members = spare.members(2 * compiled.table.columns.len());
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let env = compiled.read(
             input.value,
@@ -552,11 +557,17 @@ impl Decoder {
     }
 
     /// One Debezium JSON value (a data event), or a decline.
-    pub fn decode(&mut self, input: &Input<'_>, interner: &mut Interner) -> Result<Event> {
+    /// One record's event; its buffers are taken from `spare` where it has some.
+    pub fn decode(
+        &mut self,
+        input: &Input<'_>,
+        interner: &mut Interner,
+        spare: &mut SpareBuffers,
+    ) -> Result<Event> {
         let value = input.value;
         match value.first() {
             Some(b'{') => {}
-            Some(0) => return self.decode_avro(input, interner),
+            Some(0) => return self.decode_avro(input, interner, spare),
             _ => return Err(Decline),
         }
         // (CES events have no `op`: they are declined below and go through the assembler)
@@ -568,8 +579,8 @@ impl Decoder {
                 simdutf8::basic::from_utf8(value).map_err(|_| Decline)?,
             )
         };
-        let mut buf: Vec<u8> = Vec::with_capacity(payload.len() + 64);
-        let mut members = Vec::with_capacity(16);
+        let mut buf = spare.text(payload.len() + 64);
+        let mut members = spare.members(16);
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let mode = Self::mode(&rows);
         match crate::scan::envelope(

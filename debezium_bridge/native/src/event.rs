@@ -115,3 +115,54 @@ impl Event {
         self.op == b'r' && self.snapshot != incremental
     }
 }
+
+/// Text and member buffers of written events, kept for the next events' decode: an event's
+/// two heap buffers cost ~700 instructions to allocate and free on the wide table (glibc's
+/// slow path above 1 KiB; callgrind 2026-11-25).
+#[derive(Debug, Default)]
+pub struct SpareBuffers {
+    texts: Vec<Vec<u8>>,
+    members: Vec<Vec<Member>>,
+}
+
+impl SpareBuffers {
+    /// At most this many of each are kept.
+    const KEPT: usize = 64;
+    /// A buffer of more bytes than this is freed, not kept.
+    const LARGEST_TEXT: usize = 64 * 1024;
+
+    /// An empty text buffer of at least `capacity` bytes.
+    pub fn text(&mut self, capacity: usize) -> Vec<u8> {
+        match self.texts.pop() {
+            Some(mut text) => {
+                text.reserve(capacity);
+                text
+            }
+            None => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// An empty member list of room for at least `capacity` members.
+    pub fn members(&mut self, capacity: usize) -> Vec<Member> {
+        match self.members.pop() {
+            Some(mut members) => {
+                members.reserve(capacity);
+                members
+            }
+            None => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// `e`'s buffers, for the next events.
+    pub fn keep(&mut self, e: Event) {
+        let (mut text, mut members) = (e.buf, e.members);
+        if self.texts.len() < Self::KEPT && text.capacity() <= Self::LARGEST_TEXT {
+            text.clear();
+            self.texts.push(text);
+        }
+        if self.members.len() < Self::KEPT && members.capacity() <= Self::LARGEST_TEXT / 16 {
+            members.clear();
+            self.members.push(members);
+        }
+    }
+}

@@ -237,8 +237,10 @@ impl NativeCore {
             self.decoder.missing_avro_key = None;
             let decoder = &mut self.decoder;
             let interner = &mut self.core.interner;
-            let decoded =
-                std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode(input, interner)));
+            let spare = &mut self.core.spare;
+            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                decoder.decode(input, interner, spare)
+            }));
             if let Ok(Ok(event)) = decoded {
                 return Some(event);
             }

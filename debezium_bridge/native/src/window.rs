@@ -422,7 +422,9 @@ pub(crate) mod tests {
                     newkey: None,
                     oldkey: None,
                 };
-                let e = decoder.decode(&input, &mut interner).expect("decoded");
+                let e = decoder
+                    .decode(&input, &mut interner, &mut Default::default())
+                    .expect("decoded");
                 let mut out = Vec::new();
                 wire::write(&mut out, &e, "srv.db.dbo.t", Some(5), &interner);
                 out

@@ -157,7 +157,9 @@ fn decode(value: &[u8], key: Option<&[u8]>) -> Option<(Vec<u8>, Vec<String>)> {
         newkey: None,
         oldkey: None,
     };
-    let event = decoder.decode(&input, &mut core.interner).ok()?;
+    let event = decoder
+        .decode(&input, &mut core.interner, &mut core.spare)
+        .ok()?;
     let gone = event.unavailable.iter().map(|s| s.to_string()).collect();
     let _ = core.accept(event);
     core.flush();

@@ -36,7 +36,7 @@ fn run(value: &[u8], key: Option<&[u8]>, header: Option<&[u8]>) {
         oldkey: header.map(Some),
     };
     for _ in 0..2 {
-        if let Ok(event) = decoder.decode(&input, &mut core.interner) {
+        if let Ok(event) = decoder.decode(&input, &mut core.interner, &mut core.spare) {
             let _ = core.accept(event);
         }
     }
@@ -106,6 +106,8 @@ fn the_good_envelope_decodes() {
             newkey: None,
             oldkey: None,
         };
-        assert!(decoder.decode(&input, &mut core.interner).is_ok());
+        assert!(decoder
+            .decode(&input, &mut core.interner, &mut core.spare)
+            .is_ok());
     }
 }

@@ -51,7 +51,7 @@ fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
         oldkey: None,
     };
     let event = decoder
-        .decode(&input, &mut interner)
+        .decode(&input, &mut interner, &mut Default::default())
         .expect("a valid envelope");
     let mut out = Vec::new();
     wire::write(&mut out, &event, "srv.db.dbo.t", Some(1), &interner);
