@@ -497,9 +497,7 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
             write_decimal(&bytes, scale, precision, out)?;
         }
         Conv::Timestamp { unit, full, digits } => {
-            let v = int_value(&v)?;
-            let seconds = v.div_euclid(unit);
-            let sub = v.rem_euclid(unit);
+            let (seconds, sub) = div_rem_euclid(int_value(&v)?, unit);
             let days = seconds.div_euclid(86_400);
             let secs = seconds.rem_euclid(86_400);
             out.push(b'"');
@@ -515,8 +513,9 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
                 return Err(Decline);
             }
             out.push(b'"');
-            write_clock(v / unit, out);
-            write_fraction(v % unit, full, digits, out);
+            let (secs, sub) = div_rem_euclid(v, unit);
+            write_clock(secs, out);
+            write_fraction(sub, full, digits, out);
             out.push(b'"');
         }
         Conv::Date => {
@@ -825,6 +824,32 @@ pub(crate) fn write_clock(secs: i64, out: &mut Vec<u8>) {
     push_digits(out, (secs % 60) as u64, 2);
 }
 
+/// `v.div_euclid(divisor)` and `v.rem_euclid(divisor)`: the time units and fraction steps, the
+/// powers of ten up to 10^9, are constants in their arms, so the compiler multiplies instead of
+/// dividing (a 64-bit hardware division takes tens of cycles).
+#[inline(always)]
+fn div_rem_euclid(v: i64, divisor: i64) -> (i64, i64) {
+    macro_rules! arms {
+        ($($power:literal),*) => {
+            match divisor {
+                $($power => (v.div_euclid($power), v.rem_euclid($power)),)*
+                _ => (v.div_euclid(divisor), v.rem_euclid(divisor)),
+            }
+        };
+    }
+    arms!(
+        10,
+        100,
+        1_000,
+        10_000,
+        100_000,
+        1_000_000,
+        10_000_000,
+        100_000_000,
+        1_000_000_000
+    )
+}
+
 /// The reference's `_fraction_formatter(unit, digits)`.
 fn write_fraction(sub: i64, full: u32, digits: u32, out: &mut Vec<u8>) {
     if digits >= full {
@@ -833,8 +858,7 @@ fn write_fraction(sub: i64, full: u32, digits: u32, out: &mut Vec<u8>) {
         out.extend(std::iter::repeat_n(b'0', (digits - full) as usize));
         return;
     }
-    let step = 10i64.pow(full - digits);
-    let (kept, dropped) = (sub / step, sub % step);
+    let (kept, dropped) = div_rem_euclid(sub, 10i64.pow(full - digits));
     if dropped != 0 {
         let mut text = Vec::with_capacity(full as usize);
         push_digits(&mut text, sub as u64, full as usize);
@@ -942,6 +966,32 @@ mod tests {
         out.clear();
         write_decimal(&neg, 0, 38, &mut out).unwrap();
         assert_eq!(out, b"\"-10000000000000000000000000000000000007\"");
+    }
+
+    #[test]
+    fn constant_divisions_are_euclids() {
+        let mut divisors: Vec<i64> = (1..=9).map(|p| 10i64.pow(p)).collect();
+        divisors.extend([7, 86_400]);
+        for d in divisors {
+            for v in [
+                0,
+                1,
+                -1,
+                d - 1,
+                d,
+                -d,
+                -d - 1,
+                i64::MAX,
+                i64::MIN + 1,
+                1_234_567_890_123,
+            ] {
+                assert_eq!(
+                    div_rem_euclid(v, d),
+                    (v.div_euclid(d), v.rem_euclid(d)),
+                    "{v} {d}"
+                );
+            }
+        }
     }
 
     #[test]
