@@ -129,38 +129,33 @@ impl SpareBuffers {
     /// At most this many of each are kept.
     const KEPT: usize = 64;
     /// A buffer of more bytes than this is freed, not kept.
-    const LARGEST_TEXT: usize = 64 * 1024;
+    const LARGEST: usize = 64 * 1024;
 
     /// An empty text buffer of at least `capacity` bytes.
     pub fn text(&mut self, capacity: usize) -> Vec<u8> {
-        match self.texts.pop() {
-            Some(mut text) => {
-                text.reserve(capacity);
-                text
-            }
-            None => Vec::with_capacity(capacity),
-        }
+        Self::take(&mut self.texts, capacity)
     }
 
     /// An empty member list of room for at least `capacity` members.
     pub fn members(&mut self, capacity: usize) -> Vec<Member> {
-        match self.members.pop() {
-            Some(mut members) => {
-                members.reserve(capacity);
-                members
-            }
-            None => Vec::with_capacity(capacity),
-        }
+        Self::take(&mut self.members, capacity)
+    }
+
+    fn take<T>(kept: &mut Vec<Vec<T>>, capacity: usize) -> Vec<T> {
+        let mut buffer = kept.pop().unwrap_or_default();
+        buffer.reserve(capacity);
+        buffer
     }
 
     /// `e`'s buffers, for the next events.
     pub fn keep(&mut self, e: Event) {
         let (mut text, mut members) = (e.buf, e.members);
-        if self.texts.len() < Self::KEPT && text.capacity() <= Self::LARGEST_TEXT {
+        if self.texts.len() < Self::KEPT && text.capacity() <= Self::LARGEST {
             text.clear();
             self.texts.push(text);
         }
-        if self.members.len() < Self::KEPT && members.capacity() <= Self::LARGEST_TEXT / 16 {
+        let member_bytes = members.capacity() * std::mem::size_of::<Member>();
+        if self.members.len() < Self::KEPT && member_bytes <= Self::LARGEST {
             members.clear();
             self.members.push(members);
         }
