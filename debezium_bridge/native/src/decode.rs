@@ -556,8 +556,8 @@ impl Decoder {
         Ok((start as u32, buf.len() as u32))
     }
 
-    /// One Debezium JSON value (a data event), or a decline.
-    /// One record's event; its buffers are taken from `spare` where it has some.
+    /// One record's event (a Debezium JSON or Confluent Avro value), or a decline; its buffers
+    /// are taken from `spare` where it has some.
     pub fn decode(
         &mut self,
         input: &Input<'_>,

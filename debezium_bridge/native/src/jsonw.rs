@@ -227,10 +227,7 @@ impl Digits {
             point: text.len() as i32 + exp,
         };
         digits.ascii[..text.len()].copy_from_slice(text);
-        if q == 0 {
-            digits.len = 0;
-        }
-        digits.trim();
+        digits.trim(); // `0` becomes no digits
         digits
     }
 

@@ -590,6 +590,28 @@ pub fn write_float32(out: &mut Vec<u8>, v: f64) {
     }
 }
 
+/// 10^0 ..= 10^22, the powers of ten a double holds exactly.
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The double nearest `q × 10^exp`, as parsing its text gives. Where `q` and `10^|exp|` are
+/// both exact doubles (`q` < 2^53, |exp| ≤ 22), one multiplication or division rounds the exact
+/// value once, correctly (Clinger's fast path); otherwise the text is parsed.
+fn decimal_value(q: u64, exp: i32) -> f64 {
+    if q < 1 << 53 {
+        if let Some(&scale) = EXACT_POW10.get(exp.unsigned_abs() as usize) {
+            return if exp >= 0 {
+                q as f64 * scale
+            } else {
+                q as f64 / scale
+            };
+        }
+    }
+    format!("{q}e{exp}").parse().unwrap_or(f64::NAN)
+}
+
 /// The digits of the reference's answer for a float32 value `v` (the digits of `|v|`),
 /// computed from `v`'s shortest round-trip digits (ryu) instead of six to nine exact
 /// formattings and parses. Rounding `v` to `p` significant digits gives the same digits as
@@ -632,7 +654,7 @@ fn float32_digits(v: f64) -> Option<jsonw::Digits> {
             .fold(0, |acc, &d| acc * 10 + u64::from(d - b'0'))
             + u64::from(up);
         let exp = shortest.point() - p as i32;
-        let magnitude = crate::value::decimal_value(q, exp);
+        let magnitude = decimal_value(q, exp);
         let candidate = if v < 0.0 { -magnitude } else { magnitude };
         if (candidate as f32).to_bits() == target {
             return Some(jsonw::Digits::of_scaled(q, exp));
@@ -966,6 +988,16 @@ mod tests {
         out.clear();
         write_decimal(&neg, 0, 38, &mut out).unwrap();
         assert_eq!(out, b"\"-10000000000000000000000000000000000007\"");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decimal_values_are_the_parsed_texts(q in 0u64..=u64::MAX, bits in 0u32..64, exp in -340i32..340) {
+            // short and long digit strings (the fast path and the parse), every exponent
+            let q = q >> bits;
+            let expected: f64 = format!("{q}e{exp}").parse().unwrap();
+            proptest::prop_assert_eq!(decimal_value(q, exp).to_bits(), expected.to_bits());
+        }
     }
 
     #[test]

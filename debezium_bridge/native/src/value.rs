@@ -155,7 +155,12 @@ pub fn py_eq(a: &[u8], b: &[u8]) -> bool {
         match (is_float(a), is_float(b)) {
             (false, false) => return false,
             (true, true) => {
-                return matches!((parse_f64(a), parse_f64(b)), (Some(x), Some(y)) if x == y);
+                let parse = |v: &[u8]| {
+                    std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|t| t.parse::<f64>().ok())
+                };
+                return matches!((parse(a), parse(b)), (Some(x), Some(y)) if x == y);
             }
             _ => {}
         }
@@ -167,68 +172,6 @@ pub fn py_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     };
     value_eq(&va, &vb)
-}
-
-/// 10^0 ..= 10^22, the powers of ten a double holds exactly.
-const EXACT_POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-];
-
-/// The double nearest `q × 10^exp`, as parsing its text gives. Where `q` and `10^|exp|` are
-/// both exact doubles (`q` < 2^53, |exp| ≤ 22), one multiplication or division rounds the exact
-/// value once, correctly (Clinger's fast path); otherwise the text is parsed.
-pub fn decimal_value(q: u64, exp: i32) -> f64 {
-    if q < 1 << 53 {
-        if let Some(&scale) = EXACT_POW10.get(exp.unsigned_abs() as usize) {
-            return if exp >= 0 {
-                q as f64 * scale
-            } else {
-                q as f64 / scale
-            };
-        }
-    }
-    format!("{q}e{exp}").parse().unwrap_or(f64::NAN)
-}
-
-/// A JSON number's double, as `str::parse` reads its text, through [`decimal_value`]:
-/// `-`, digits, an optional fraction and exponent; `None` for anything else.
-fn parse_f64(text: &[u8]) -> Option<f64> {
-    let (negative, rest) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    let magnitude = match exact_digits(rest) {
-        Some((q, exp)) => decimal_value(q, exp),
-        None => std::str::from_utf8(rest).ok()?.parse::<f64>().ok()?,
-    };
-    Some(if negative { -magnitude } else { magnitude })
-}
-
-/// An unsigned number text as `q × 10^exp`, `q` below 2^64; `None` for longer digits or any
-/// other text.
-fn exact_digits(text: &[u8]) -> Option<(u64, i32)> {
-    let (mut q, mut exp, mut seen) = (0u64, 0i32, 0usize);
-    let mut fraction = false;
-    for (at, &b) in text.iter().enumerate() {
-        match b {
-            b'0'..=b'9' => {
-                if q >= 1 << 60 {
-                    return None;
-                }
-                q = q * 10 + u64::from(b - b'0');
-                exp -= i32::from(fraction);
-                seen += 1;
-            }
-            b'.' if !fraction => fraction = true,
-            b'e' | b'E' if seen > 0 => {
-                let tail = std::str::from_utf8(&text[at + 1..]).ok()?;
-                return Some((q, exp.checked_add(tail.parse::<i32>().ok()?)?));
-            }
-            _ => return None,
-        }
-    }
-    (seen > 0).then_some((q, exp))
 }
 
 fn numeric(v: &sonic_rs::Value) -> Option<Num> {
@@ -293,26 +236,6 @@ fn value_eq(a: &sonic_rs::Value, b: &sonic_rs::Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    proptest::proptest! {
-        #[test]
-        fn number_texts_read_as_str_parse(
-            v in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO,
-            q in 0u64..=u64::MAX,
-            fraction in 0usize..25,
-            exp in -340i32..340,
-        ) {
-            // ryu's texts, and decimals of every length with and without an exponent
-            let mut buf = ryu::Buffer::new();
-            let digits = q.to_string();
-            let split = fraction.min(digits.len() - 1);
-            let decimal = format!("{}.{}", &digits[..digits.len() - split], &digits[digits.len() - split..]);
-            for text in [buf.format(v).to_string(), decimal.clone(), format!("-{decimal}e{exp}"), format!("{q}E{exp}")] {
-                let expected: f64 = text.parse().unwrap();
-                proptest::prop_assert_eq!(parse_f64(text.as_bytes()).map(f64::to_bits), Some(expected.to_bits()), "{}", text);
-            }
-        }
-    }
 
     #[test]
     fn python_equality() {
