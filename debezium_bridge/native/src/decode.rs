@@ -200,6 +200,52 @@ pub struct Decoder {
     pub missing_avro_key: Option<u32>,
     /// Room for the canonical text of the next Avro value (from the last one's).
     avro_text_len: usize,
+    /// Per topic id: the layout of its envelopes and keys.
+    layouts: Vec<TopicLayouts>,
+}
+
+/// The layouts of one topic's JSON envelopes and keys ([`crate::scan::Layout`]).
+#[derive(Default)]
+struct TopicLayouts {
+    value: Option<crate::scan::Layout>,
+    key: crate::scan::Columns,
+    /// Envelopes read along `value` since it was learnt.
+    hits: u32,
+    /// Layouts in a row that missed on the envelope after the one they were learnt from.
+    strikes: u32,
+    /// Envelopes to read without learning a layout (after strikes: a topic whose envelopes
+    /// do not share one layout).
+    wait: u32,
+}
+
+impl TopicLayouts {
+    /// After `scan::envelope` read `text`: its layout, unless this topic waits.
+    fn learn(&mut self, text: &str, opts: &Options) {
+        if self.wait > 0 {
+            self.wait -= 1;
+            return;
+        }
+        if self.value.is_some() {
+            if self.hits == 0 {
+                self.strikes = (self.strikes + 1).min(12);
+                self.wait = 1 << self.strikes;
+                self.value = None;
+                return;
+            }
+            self.strikes = 0;
+        }
+        self.value = crate::scan::Layout::learn(text, opts);
+        self.hits = 0;
+    }
+}
+
+/// The layouts of topic `topic_id`.
+fn layouts_of(layouts: &mut Vec<TopicLayouts>, topic_id: u32) -> &mut TopicLayouts {
+    let i = topic_id as usize;
+    if i >= layouts.len() {
+        layouts.resize_with(i + 1, TopicLayouts::default);
+    }
+    &mut layouts[i]
 }
 
 /// What the caller knows of the record besides key and value.
@@ -292,6 +338,7 @@ impl Decoder {
             avro_keys: Default::default(),
             missing_avro_key: None,
             avro_text_len: 0,
+            layouts: Vec::new(),
         }
     }
 
@@ -513,7 +560,15 @@ impl Decoder {
         }
         let start = buf.len();
         let mut ignored = Vec::new();
-        match crate::scan::image(payload, Self::mode(&rows), &self.opts, buf, &mut ignored) {
+        let columns = &mut layouts_of(&mut self.layouts, topic_id).key;
+        match crate::scan::image_along(
+            columns,
+            payload,
+            Self::mode(&rows),
+            &self.opts,
+            buf,
+            &mut ignored,
+        ) {
             Ok(image) => return Ok(image.is_some()),
             Err(Decline) => {
                 buf.truncate(start);
@@ -583,6 +638,38 @@ impl Decoder {
         let mut members = spare.members(16);
         let mut unavailable: Vec<Box<str>> = Vec::new();
         let mode = Self::mode(&rows);
+        let layouts = layouts_of(&mut self.layouts, input.topic_id);
+        if let Some(layout) = layouts.value.as_mut() {
+            let fixed = layout.fixed.clone();
+            match layout.envelope(
+                payload,
+                &fixed,
+                mode,
+                &self.opts,
+                &mut buf,
+                &mut members,
+                &mut unavailable,
+            ) {
+                Ok(env) => {
+                    layouts.hits += 1;
+                    return self.finish(
+                        input,
+                        env,
+                        rows,
+                        buf,
+                        members,
+                        unavailable,
+                        interner,
+                        false,
+                    );
+                }
+                Err(Decline) => {
+                    buf.clear();
+                    members.clear();
+                    unavailable.clear();
+                }
+            }
+        }
         match crate::scan::envelope(
             payload,
             mode,
@@ -592,7 +679,8 @@ impl Decoder {
             &mut unavailable,
         ) {
             Ok(env) => {
-                return self.finish(input, env, rows, buf, members, unavailable, interner, false)
+                layouts.learn(payload, &self.opts);
+                return self.finish(input, env, rows, buf, members, unavailable, interner, false);
             }
             Err(Decline) => {
                 buf.clear();

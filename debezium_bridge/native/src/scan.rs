@@ -23,6 +23,9 @@ use crate::schema::{Options, Scalar};
 use crate::value::{unescape, Decline, Member, Result};
 use std::borrow::Cow;
 
+mod layout;
+pub use layout::{image as image_along, Columns, Fixed, Layout};
+
 /// Where a string sits in the text: its quotes at `open` and `close`.
 #[derive(Clone, Copy)]
 struct Quoted {
@@ -350,31 +353,7 @@ impl<'a> Cursor<'a> {
             self.eat(b':')?;
             out.push(b':');
             let value_start = out.len();
-            match self.atom()? {
-                Atom::Str(q)
-                    if schemaless
-                        && !q.escaped
-                        && self.bytes[q.open + 1..q.close] != *opts.placeholder.as_bytes()
-                        && self.bytes[q.open + 1..q.close] != *opts.placeholder_b64.as_bytes() =>
-                {
-                    // no escapes, no control characters: written as it was read
-                    out.extend_from_slice(&self.bytes[q.open..=q.close]);
-                }
-                Atom::Num(raw, true) if schemaless && raw.len() <= 18 && raw != "-0" => {
-                    // an integer within i64 (no leading zeros, no `+`): its canonical text is
-                    // the text itself
-                    out.extend_from_slice(raw.as_bytes());
-                }
-                atom => {
-                    let s = match atom {
-                        Atom::Null => Scalar::Null,
-                        Atom::Bool(b) => Scalar::Bool(b),
-                        Atom::Str(q) => Scalar::Str(self.unescaped(q)?),
-                        Atom::Num(raw, integer) => number(raw, integer)?,
-                    };
-                    writer.value(&name, s, opts, out, gone)?;
-                }
-            }
+            self.image_value(&name, schemaless, opts, &mut writer, out, gone)?;
             if let Some(members) = members.as_deref_mut() {
                 members.push(Member {
                     name: (name_start as u32 + 1, name_end as u32 - 1),
@@ -389,6 +368,46 @@ impl<'a> Cursor<'a> {
             span: (start as u32, out.len() as u32),
             members: (first_member as u32, members.map_or(0, |m| m.len()) as u32),
         }))
+    }
+
+    /// The value of an image's member `name`, written canonically to `out` (shared with the
+    /// layout reader, so that both write the same bytes).
+    #[inline(always)]
+    fn image_value(
+        &mut self,
+        name: &str,
+        schemaless: bool,
+        opts: &Options,
+        writer: &mut ImageRows<'_>,
+        out: &mut Vec<u8>,
+        gone: &mut Vec<Box<str>>,
+    ) -> Result<()> {
+        match self.atom()? {
+            Atom::Str(q)
+                if schemaless
+                    && !q.escaped
+                    && self.bytes[q.open + 1..q.close] != *opts.placeholder.as_bytes()
+                    && self.bytes[q.open + 1..q.close] != *opts.placeholder_b64.as_bytes() =>
+            {
+                // no escapes, no control characters: written as it was read
+                out.extend_from_slice(&self.bytes[q.open..=q.close]);
+            }
+            Atom::Num(raw, true) if schemaless && raw.len() <= 18 && raw != "-0" => {
+                // an integer within i64 (no leading zeros, no `+`): its canonical text is
+                // the text itself
+                out.extend_from_slice(raw.as_bytes());
+            }
+            atom => {
+                let s = match atom {
+                    Atom::Null => Scalar::Null,
+                    Atom::Bool(b) => Scalar::Bool(b),
+                    Atom::Str(q) => Scalar::Str(self.unescaped(q)?),
+                    Atom::Num(raw, integer) => number(raw, integer)?,
+                };
+                writer.value(name, s, opts, out, gone)?;
+            }
+        }
+        Ok(())
     }
 
     /// The members of an object: each name's bit from `bit_of` (0: a member not read, skipped;
@@ -424,30 +443,34 @@ impl<'a> Cursor<'a> {
             return Ok(None);
         }
         let mut s = Source::default();
-        self.members(source_bit, |c, bit| {
-            match bit {
-                1 => s.version = c.opt_str()?,
-                2 => s.connector = c.opt_str()?,
-                4 => s.name = c.opt_str()?,
-                8 => s.ts_ms = c.strict_int()?,
-                16 => {
-                    s.snapshot = match c.atom()? {
-                        Atom::Null => None,
-                        Atom::Bool(b) => Some(Err(b)),
-                        Atom::Str(q) if !q.escaped => Some(Ok(c.body(q))),
-                        _ => return Err(Decline),
-                    }
-                }
-                32 => s.db = c.opt_str()?,
-                64 => s.schema = c.opt_str()?,
-                128 => s.table = c.opt_str()?,
-                256 => s.change_lsn = c.opt_str()?,
-                512 => s.commit_lsn = c.opt_str()?,
-                _ => s.event_serial_no = c.strict_int()?,
-            }
-            Ok(())
-        })?;
+        self.members(source_bit, |c, bit| c.source_member(bit, &mut s))?;
         Ok(Some(s))
+    }
+
+    /// The value of the `source` member of bit `bit` (see [`source_bit`]; not 0).
+    #[inline(always)]
+    fn source_member(&mut self, bit: u16, s: &mut Source<'a>) -> Result<()> {
+        match bit {
+            1 => s.version = self.opt_str()?,
+            2 => s.connector = self.opt_str()?,
+            4 => s.name = self.opt_str()?,
+            8 => s.ts_ms = self.strict_int()?,
+            16 => {
+                s.snapshot = match self.atom()? {
+                    Atom::Null => None,
+                    Atom::Bool(b) => Some(Err(b)),
+                    Atom::Str(q) if !q.escaped => Some(Ok(self.body(q))),
+                    _ => return Err(Decline),
+                }
+            }
+            32 => s.db = self.opt_str()?,
+            64 => s.schema = self.opt_str()?,
+            128 => s.table = self.opt_str()?,
+            256 => s.change_lsn = self.opt_str()?,
+            512 => s.commit_lsn = self.opt_str()?,
+            _ => s.event_serial_no = self.strict_int()?,
+        }
+        Ok(())
     }
 
     /// The `transaction` block (or `null`).
@@ -570,7 +593,7 @@ pub fn image(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::{envelope, image};
     use crate::dom;
     use crate::parse::RowMode;
@@ -578,13 +601,13 @@ mod tests {
     use crate::value::Result;
     use proptest::prelude::*;
 
-    fn opts() -> Options {
+    pub(super) fn opts() -> Options {
         Options::new("__debezium_unavailable_value", BinaryMode::Bytes)
     }
 
     /// What a reader made of an envelope: its fields, the written images, members and
     /// unavailable columns.
-    fn shown(
+    pub(super) fn shown(
         env: &dom::Envelope<'_>,
         out: &[u8],
         members: &[crate::value::Member],
@@ -638,7 +661,11 @@ mod tests {
 
     /// What a key reader made of a text: the image's span, the written image, the unavailable
     /// columns.
-    fn shown_image(at: Option<crate::parse::ImageAt>, out: &[u8], gone: &[Box<str>]) -> String {
+    pub(super) fn shown_image(
+        at: Option<crate::parse::ImageAt>,
+        out: &[u8],
+        gone: &[Box<str>],
+    ) -> String {
         format!(
             "{:?} {} {gone:?}",
             at.map(|a| a.span),
@@ -683,7 +710,7 @@ mod tests {
         Ok(())
     }
 
-    const EVENT: &str = r#"{"before":null,"after":{"id":1,"name":"delta 日本 \"q\" \u00e9","amount":"fBgHLow=","updated":1772628697326995300,"f":1.5e3,"g":-0.25,"n":null,"t":true,"u":"__debezium_unavailable_value"},"source":{"version":"3.4.0.Final","connector":"sqlserver","name":"bench","ts_ms":1700000000017,"snapshot":"false","db":"benchdb","sequence":null,"ts_us":1700000000017000,"schema":"dbo","table":"narrow","change_lsn":"00000025:00000d08:0004","commit_lsn":"00000025:00000d08:0007","event_serial_no":1},"transaction":{"id":"x:1","total_order":3,"data_collection_order":1,"extra":"y"},"op":"c","ts_ms":1700000000217,"ts_us":1700000000217000}"#;
+    pub(super) const EVENT: &str = r#"{"before":null,"after":{"id":1,"name":"delta 日本 \"q\" \u00e9","amount":"fBgHLow=","updated":1772628697326995300,"f":1.5e3,"g":-0.25,"n":null,"t":true,"u":"__debezium_unavailable_value"},"source":{"version":"3.4.0.Final","connector":"sqlserver","name":"bench","ts_ms":1700000000017,"snapshot":"false","db":"benchdb","sequence":null,"ts_us":1700000000017000,"schema":"dbo","table":"narrow","change_lsn":"00000025:00000d08:0004","commit_lsn":"00000025:00000d08:0007","event_serial_no":1},"transaction":{"id":"x:1","total_order":3,"data_collection_order":1,"extra":"y"},"op":"c","ts_ms":1700000000217,"ts_us":1700000000217000}"#;
 
     #[test]
     fn a_connector_event_is_read_as_the_document_walk_reads_it() {
@@ -845,7 +872,7 @@ mod tests {
     }
 
     /// A table of the generated names, one conversion each.
-    fn table(opts: &Options) -> crate::schema::Table {
+    pub(super) fn table(opts: &Options) -> crate::schema::Table {
         const TYPE: &str = "__debezium.source.column.type";
         // name, Connect type, semantic name, parameters
         type Col<'a> = (&'a str, &'a str, Option<&'a str>, &'a [(&'a str, &'a str)]);
@@ -963,7 +990,7 @@ mod tests {
         }
     }
 
-    fn atom() -> impl Strategy<Value = String> {
+    pub(super) fn atom() -> impl Strategy<Value = String> {
         prop_oneof![
             Just("null".to_string()),
             Just("true".to_string()),
@@ -1037,7 +1064,7 @@ mod tests {
         .prop_map(str::to_string)
     }
 
-    fn object(values: BoxedStrategy<String>) -> impl Strategy<Value = String> {
+    pub(super) fn object(values: BoxedStrategy<String>) -> impl Strategy<Value = String> {
         (
             proptest::collection::vec((name(), values), 0..6),
             prop_oneof![Just(""), Just(" "), Just("\n\t")],
@@ -1051,7 +1078,7 @@ mod tests {
             })
     }
 
-    fn envelope_text() -> impl Strategy<Value = String> {
+    pub(super) fn envelope_text() -> impl Strategy<Value = String> {
         let flat = object(atom().boxed()).boxed();
         let block = prop_oneof![3 => flat.clone(), 1 => atom()].boxed();
         object(block)
