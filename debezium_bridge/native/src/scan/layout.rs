@@ -105,6 +105,9 @@ impl Fixed {
 pub struct Columns {
     text: String,
     columns: Vec<(u32, u32)>,
+    /// Images to read column by column before trying [`Cursor::verbatim_image`] again (after
+    /// one that was not verbatim).
+    verbatim_wait: u8,
 }
 
 #[inline(always)]
@@ -192,6 +195,22 @@ impl<'a> Cursor<'a> {
             .then_some(end)
     }
 
+    /// The end of an integer at the cursor whose canonical text is its text: one the document
+    /// reads as a 64-bit integer, positive of up to 19 digits (within `u64`) or negative of up
+    /// to 18 (within `i64`), no leading zeros, no fraction or exponent.
+    #[inline(always)]
+    fn plain_integer_end(&self) -> Option<usize> {
+        if self.bytes.get(self.at) != Some(&b'-') {
+            return self.plain_int_end(19);
+        }
+        if !matches!(self.bytes.get(self.at + 1), Some(b'1'..=b'9')) {
+            return None;
+        }
+        let end = self.digits(self.at + 2);
+        (end - self.at <= 19 && !matches!(self.bytes.get(end), Some(b'.' | b'e' | b'E')))
+            .then_some(end)
+    }
+
     /// [`Cursor::opt_str`], quicker on a string without escapes at the cursor.
     #[inline(always)]
     fn opt_str_quick(&mut self) -> Result<Option<&'a str>> {
@@ -237,7 +256,7 @@ impl<'a> Cursor<'a> {
     #[inline(always)]
     fn lit(&mut self, lit: &[u8]) -> bool {
         let end = self.at + lit.len();
-        if end > self.bytes.len() || self.bytes[self.at..end] != *lit {
+        if end > self.bytes.len() || !same(&self.bytes[self.at..end], lit) {
             return false;
         }
         self.at = end;
@@ -279,31 +298,96 @@ impl<'a> Cursor<'a> {
         Ok(image)
     }
 
-    /// A schema-less value that is written as it is read, as [`Cursor::image_value`] writes
-    /// it: a string without escapes that is not the placeholder, an integer of up to 18 digits.
+    /// The end of a schema-less value at the cursor that is written as it is read, as
+    /// [`Cursor::image_value`] writes it: a string without escapes that is not the placeholder,
+    /// an integer ([`Cursor::plain_integer_end`]).
+    #[inline(always)]
+    fn plain_value_end(&self, opts: &Options) -> Option<usize> {
+        match self.bytes.get(self.at) {
+            Some(b'"') => {
+                let end = self.plain_end(self.at + 1)?;
+                let body = &self.bytes[self.at + 1..end];
+                if *body == *opts.placeholder.as_bytes()
+                    || *body == *opts.placeholder_b64.as_bytes()
+                {
+                    return None;
+                }
+                Some(end + 1)
+            }
+            _ => self.plain_integer_end(),
+        }
+    }
+
+    /// [`Cursor::plain_value_end`]'s value, written to `out`.
     #[inline(always)]
     fn plain_value(&mut self, opts: &Options, out: &mut Vec<u8>) -> bool {
-        let end = match self.bytes.get(self.at) {
-            Some(b'"') => match self.plain_end(self.at + 1) {
-                Some(end) => {
-                    let body = &self.bytes[self.at + 1..end];
-                    if *body == *opts.placeholder.as_bytes()
-                        || *body == *opts.placeholder_b64.as_bytes()
-                    {
-                        return false;
-                    }
-                    end + 1
-                }
-                None => return false,
-            },
-            _ => match self.plain_int_end(18) {
-                Some(end) => end,
-                None => return false,
-            },
+        let Some(end) = self.plain_value_end(opts) else {
+            return false;
         };
         out.extend_from_slice(&self.bytes[self.at..end]);
         self.at = end;
         true
+    }
+
+    /// A schema-less row image along `columns` whose every value is written as it is read
+    /// ([`Cursor::plain_value_end`]): its text is its canonical text, copied at once. `None`:
+    /// another image (the cursor is where it was).
+    #[inline(always)]
+    fn verbatim_image(
+        &mut self,
+        columns: &Columns,
+        opts: &Options,
+        out: &mut Vec<u8>,
+        members: Option<&mut Vec<Member>>,
+    ) -> Option<ImageAt> {
+        const MOST: usize = 64;
+        let n = columns.columns.len();
+        if n == 0 || n > MOST {
+            return None;
+        }
+        let from = self.at;
+        let mut ends = [0u32; MOST];
+        for (i, &(a, b)) in columns.columns.iter().enumerate() {
+            let end = if self.lit(&columns.text.as_bytes()[a as usize..b as usize]) {
+                self.plain_value_end(opts)
+            } else {
+                None
+            };
+            let Some(end) = end else {
+                self.at = from;
+                return None;
+            };
+            ends[i] = end as u32;
+            self.at = end;
+        }
+        if !self.lit(b"}") {
+            self.at = from;
+            return None;
+        }
+        let start = out.len();
+        out.extend_from_slice(&self.bytes[from..self.at]);
+        let Some(members) = members else {
+            return Some(ImageAt {
+                span: (start as u32, out.len() as u32),
+                members: (0, 0),
+            });
+        };
+        let first_member = members.len();
+        // positions in the text, moved to where the text was copied
+        let shift = |at: usize| (at - from + start) as u32;
+        let mut lit_at = from;
+        for (i, &(a, b)) in columns.columns.iter().enumerate() {
+            let value_at = lit_at + (b - a) as usize;
+            members.push(Member {
+                name: (shift(lit_at + 2), shift(value_at - 2)),
+                value: (shift(value_at), shift(ends[i] as usize)),
+            });
+            lit_at = ends[i] as usize;
+        }
+        Some(ImageAt {
+            span: (start as u32, out.len() as u32),
+            members: (first_member as u32, members.len() as u32),
+        })
     }
 
     /// A row image that follows `columns` exactly; `None`: it does not (or it is `null`, or
@@ -311,7 +395,7 @@ impl<'a> Cursor<'a> {
     #[inline(always)]
     fn image_fast(
         &mut self,
-        columns: &Columns,
+        columns: &mut Columns,
         rows: RowMode<'_>,
         opts: &Options,
         out: &mut Vec<u8>,
@@ -321,10 +405,20 @@ impl<'a> Cursor<'a> {
         if columns.columns.is_empty() {
             return None;
         }
+        let schemaless = matches!(rows, RowMode::Schemaless);
+        if schemaless {
+            if columns.verbatim_wait == 0 {
+                match self.verbatim_image(columns, opts, out, members.as_deref_mut()) {
+                    Some(image) => return Some(image),
+                    None => columns.verbatim_wait = 16,
+                }
+            } else {
+                columns.verbatim_wait -= 1;
+            }
+        }
         let start = out.len();
         let first_member = members.as_ref().map_or(0, |m| m.len());
         let mut writer = ImageRows::new(rows);
-        let schemaless = matches!(rows, RowMode::Schemaless);
         for &(from, to) in &columns.columns {
             let lit = &columns.text[from as usize..to as usize];
             if !self.lit(lit.as_bytes()) {
@@ -504,6 +598,26 @@ impl Layout {
         env.source = Some(source);
         Ok(env)
     }
+}
+
+/// Whether two texts of one length are the same, compared a word at a time (inline: the
+/// literals of a layout are short, and `memcmp` costs a call).
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    debug_assert_eq!(n, b.len());
+    if n < 8 {
+        return a == b;
+    }
+    let mut i = 0;
+    while i + 8 < n {
+        if super::word(a, i) != super::word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    // the last eight bytes (overlapping the ones compared when `n` is not a multiple of 8)
+    super::word(a, n - 8) == super::word(b, n - 8)
 }
 
 /// The value of a run of ASCII digits (at most 19).
