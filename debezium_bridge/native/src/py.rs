@@ -78,10 +78,12 @@ fn opt_int(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     }
 }
 
-/// `RawRecord` (the package's own record, a `msgspec.Struct`) and `msgspec.structs.astuple`,
-/// which reads all its fields in one call (six attribute lookups cost ~1.4k instructions per
-/// record, callgrind 2026-11-25; `astuple` about a quarter of that). Only while its fields are
-/// the ones [`fields`] reads by position; otherwise `None` (attributes are read by name).
+/// `RawRecord` (the package's own record, a `msgspec.Struct`): its fields are object slots of
+/// the instance, at the offsets its member descriptors give, and are read there (six attribute
+/// lookups cost ~1.4k instructions per record, `msgspec.structs.astuple` and the tuple ~0.9k;
+/// callgrind 2026-11-25 and 2026-11-28). Only while its fields are the ones [`fields`] reads,
+/// in that order, each a member descriptor of an object slot; otherwise `None` (attributes are
+/// read by name).
 const RAW_RECORD_FIELDS: [&str; 7] = [
     "topic",
     "partition",
@@ -92,10 +94,15 @@ const RAW_RECORD_FIELDS: [&str; 7] = [
     "headers",
 ];
 
-static RAW_RECORD: pyo3::sync::PyOnceLock<Option<(Py<PyAny>, Py<PyAny>)>> =
-    pyo3::sync::PyOnceLock::new();
+/// The `RawRecord` type and the offset of each of its fields' slots in an instance.
+struct RawRecordLayout {
+    record_type: Py<PyAny>,
+    offsets: [isize; 7],
+}
 
-fn raw_record(py: Python<'_>) -> Option<&(Py<PyAny>, Py<PyAny>)> {
+static RAW_RECORD: pyo3::sync::PyOnceLock<Option<RawRecordLayout>> = pyo3::sync::PyOnceLock::new();
+
+fn raw_record(py: Python<'_>) -> Option<&RawRecordLayout> {
     RAW_RECORD
         .get_or_init(py, || {
             let record_type = py
@@ -110,31 +117,68 @@ fn raw_record(py: Python<'_>) -> Option<&(Py<PyAny>, Py<PyAny>)> {
             if names != RAW_RECORD_FIELDS {
                 return None;
             }
-            let astuple = py
-                .import("msgspec.structs")
-                .and_then(|m| m.getattr("astuple"))
-                .ok()?;
-            Some((record_type.unbind(), astuple.unbind()))
+            let mut offsets = [0isize; 7];
+            for (offset, name) in offsets.iter_mut().zip(RAW_RECORD_FIELDS) {
+                *offset = slot_offset(&record_type, name)?;
+            }
+            Some(RawRecordLayout {
+                record_type: record_type.unbind(),
+                offsets,
+            })
         })
         .as_ref()
 }
 
+/// The offset of the object slot behind attribute `name` of `owner` (a type), if it is a
+/// member descriptor of an object slot (`Py_T_OBJECT_EX`).
+fn slot_offset(owner: &Bound<'_, PyAny>, name: &str) -> Option<isize> {
+    let descriptor = owner.getattr("__dict__").ok()?.get_item(name).ok()?;
+    // (CPython's static type object of member descriptors)
+    let member_type = &raw mut pyo3::ffi::PyMemberDescr_Type;
+    if descriptor.get_type().as_type_ptr() != member_type {
+        return None;
+    }
+    // SAFETY: a member descriptor is a `PyMemberDescrObject`, whose member definition is a
+    // `PyMemberDef` (pyo3-ffi declares the field as a `PyGetSetDef` pointer: only the pointer
+    // is read here, as the right type)
+    let member = unsafe {
+        let descr = descriptor.as_ptr() as *const pyo3::ffi::PyMemberDescrObject;
+        &*((*descr).d_member as *const pyo3::ffi::PyMemberDef)
+    };
+    (member.type_code == pyo3::ffi::Py_T_OBJECT_EX && member.offset > 0).then_some(member.offset)
+}
+
 fn fields<'py>(py: Python<'py>, record: &Bound<'py, PyAny>) -> PyResult<Fields<'py>> {
-    if let Some((record_type, astuple)) = raw_record(py) {
-        if record.get_type().is(record_type.bind(py)) {
-            // in the order of RAW_RECORD_FIELDS
-            let all = astuple.bind(py).call1((record,))?;
-            let all = all.cast_into::<PyTuple>()?;
-            let key = all.get_item(4)?;
-            let value = all.get_item(5)?;
-            return Ok(Fields {
-                topic: all.get_item(0)?,
-                partition: all.get_item(1)?.extract::<i64>()?,
-                offset: opt_int(&all.get_item(2)?)?,
-                key: if key.is_none() { None } else { Some(key) },
-                value: if value.is_none() { None } else { Some(value) },
-                headers: all.get_item(6)?,
-            });
+    if let Some(layout) = raw_record(py) {
+        if record.get_type().is(layout.record_type.bind(py)) {
+            let slot = |i: usize| {
+                // SAFETY: `record` is an instance of exactly `RawRecord`, whose field `i` is an
+                // object slot at `offsets[i]` (checked when the layout was read); a set slot
+                // holds a reference the record owns, borrowed here
+                unsafe {
+                    let at = record.as_ptr().cast::<u8>().offset(layout.offsets[i]);
+                    let object = *at.cast::<*mut pyo3::ffi::PyObject>();
+                    (!object.is_null()).then(|| Bound::from_borrowed_ptr(py, object))
+                }
+            };
+            if let (
+                Some(topic),
+                Some(partition),
+                Some(offset),
+                Some(key),
+                Some(value),
+                Some(headers),
+            ) = (slot(0), slot(1), slot(2), slot(4), slot(5), slot(6))
+            {
+                return Ok(Fields {
+                    topic,
+                    partition: partition.extract::<i64>()?,
+                    offset: opt_int(&offset)?,
+                    key: if key.is_none() { None } else { Some(key) },
+                    value: if value.is_none() { None } else { Some(value) },
+                    headers,
+                });
+            }
         }
     }
     let key = record.getattr(intern!(py, "key"))?;
