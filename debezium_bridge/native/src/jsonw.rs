@@ -34,6 +34,33 @@ pub fn needs_escape(s: &[u8]) -> bool {
     s.iter().any(|&b| ESCAPE[b as usize] != 0)
 }
 
+/// Whether two byte strings are the same, compared a word at a time inline (the texts compared
+/// on the hot path — names, values, literal text — are short, and `memcmp` costs a call).
+#[inline(always)]
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    // the last eight bytes (overlapping the ones compared when `n` is not a multiple of 8)
+    word(a, n - 8) == word(b, n - 8)
+}
+
 /// A JSON string (with its quotes).
 #[inline]
 pub fn write_str(out: &mut Vec<u8>, s: &str) {

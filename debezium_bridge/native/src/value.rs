@@ -132,19 +132,26 @@ pub fn canonical_members(raw: &str, out: &mut Vec<u8>) -> Result<Vec<Member>> {
 }
 
 /// Python's `==` on two canonical values (1 == 1.0 == True, dicts regardless of order).
+#[inline(always)]
 pub fn py_eq(a: &[u8], b: &[u8]) -> bool {
-    if a == b {
+    if crate::jsonw::same_bytes(a, b) {
         return true;
     }
     let (Some(&fa), Some(&fb)) = (a.first(), b.first()) else {
         return false;
     };
     // different bytes of two strings, or of two values of which one is null, never compare
-    // equal; nor do two different canonical integers; two floats compare as floats; the rest
-    // (int against float or bool, arrays, objects) needs the values
+    // equal; the rest is decided by [`py_eq_values`]
     if fa == b'"' || fb == b'"' || fa == b'n' || fb == b'n' {
         return false;
     }
+    py_eq_values(a, b, fa, fb)
+}
+
+/// [`py_eq`] on two values whose bytes differ, neither a string or null, that begin with `fa`
+/// and `fb`: two different canonical integers never compare equal; two floats compare as
+/// floats; the rest (int against float or bool, arrays, objects) needs the values.
+fn py_eq_values(a: &[u8], b: &[u8], fa: u8, fb: u8) -> bool {
     let boolean = |c: u8| c == b't' || c == b'f';
     if boolean(fa) && boolean(fb) {
         return false; // `true` against `false`

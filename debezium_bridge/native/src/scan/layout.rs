@@ -256,7 +256,7 @@ impl<'a> Cursor<'a> {
     #[inline(always)]
     fn lit(&mut self, lit: &[u8]) -> bool {
         let end = self.at + lit.len();
-        if end > self.bytes.len() || !same(&self.bytes[self.at..end], lit) {
+        if end > self.bytes.len() || !crate::jsonw::same_bytes(&self.bytes[self.at..end], lit) {
             return false;
         }
         self.at = end;
@@ -598,26 +598,6 @@ impl Layout {
         env.source = Some(source);
         Ok(env)
     }
-}
-
-/// Whether two texts of one length are the same, compared a word at a time (inline: the
-/// literals of a layout are short, and `memcmp` costs a call).
-#[inline(always)]
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    debug_assert_eq!(n, b.len());
-    if n < 8 {
-        return a == b;
-    }
-    let mut i = 0;
-    while i + 8 < n {
-        if super::word(a, i) != super::word(b, i) {
-            return false;
-        }
-        i += 8;
-    }
-    // the last eight bytes (overlapping the ones compared when `n` is not a multiple of 8)
-    super::word(a, n - 8) == super::word(b, n - 8)
 }
 
 /// The value of a run of ASCII digits (at most 19).
