@@ -247,11 +247,25 @@ impl<'t> ImageRows<'t> {
                     return Ok(());
                 };
                 self.hint = i + 1;
-                let col = &table.columns[i];
-                if schema::convert(col, s, opts, out)? {
-                    self.table_gone.note(i, col.marker);
-                }
+                self.column_value(table, i, s, opts, out)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Writes a value of column `i` of `table` (the table of these rows).
+    #[inline]
+    pub fn column_value(
+        &mut self,
+        table: &schema::Table,
+        i: usize,
+        s: Scalar<'_>,
+        opts: &Options,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let col = &table.columns[i];
+        if schema::convert(col, s, opts, out)? {
+            self.table_gone.note(i, col.marker);
         }
         Ok(())
     }

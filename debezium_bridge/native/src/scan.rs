@@ -398,16 +398,22 @@ impl<'a> Cursor<'a> {
                 out.extend_from_slice(raw.as_bytes());
             }
             atom => {
-                let s = match atom {
-                    Atom::Null => Scalar::Null,
-                    Atom::Bool(b) => Scalar::Bool(b),
-                    Atom::Str(q) => Scalar::Str(self.unescaped(q)?),
-                    Atom::Num(raw, integer) => number(raw, integer)?,
-                };
+                let s = self.scalar_of(atom)?;
                 writer.value(name, s, opts, out, gone)?;
             }
         }
         Ok(())
+    }
+
+    /// The [`Scalar`] of a value read.
+    #[inline(always)]
+    fn scalar_of(&self, atom: Atom<'a>) -> Result<Scalar<'a>> {
+        Ok(match atom {
+            Atom::Null => Scalar::Null,
+            Atom::Bool(b) => Scalar::Bool(b),
+            Atom::Str(q) => Scalar::Str(self.unescaped(q)?),
+            Atom::Num(raw, integer) => number(raw, integer)?,
+        })
     }
 
     /// The members of an object: each name's bit from `bit_of` (0: a member not read, skipped;

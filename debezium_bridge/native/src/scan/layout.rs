@@ -22,7 +22,7 @@
 use super::{Cursor, Source};
 use crate::dom::{envelope_bit, source_bit, Envelope, ImageRows};
 use crate::parse::{ImageAt, RowMode};
-use crate::schema::Options;
+use crate::schema::{Check, Conv, Marker, Options, Table};
 use crate::value::{Decline, Member, Result};
 
 /// What a value of the layout is, and where it goes.
@@ -105,6 +105,11 @@ impl Fixed {
 pub struct Columns {
     text: String,
     columns: Vec<(u32, u32)>,
+    /// The table version whose column indexes `indexes` holds (its column order, which no other
+    /// version shares).
+    table: Option<std::sync::Arc<[String]>>,
+    /// Per column: its index in `table` (`None`: not one of its columns).
+    indexes: Vec<Option<u32>>,
     /// Images to read column by column before trying [`Cursor::verbatim_image`] again (after
     /// one that was not verbatim).
     verbatim_wait: u8,
@@ -122,10 +127,28 @@ impl Columns {
     pub fn learn(&mut self, image: &str) {
         self.text.clear();
         self.columns.clear();
+        self.table = None;
         if !self.learn_from(image) {
             self.text.clear();
             self.columns.clear();
         }
+    }
+
+    /// The index of each column in `table`, found once per table version.
+    fn indexes(&mut self, table: &Table) -> &[Option<u32>] {
+        if !self
+            .table
+            .as_ref()
+            .is_some_and(|order| std::sync::Arc::ptr_eq(order, &table.order))
+        {
+            self.indexes.clear();
+            for &(from, to) in &self.columns {
+                let name = &self.text[from as usize + 2..to as usize - 2];
+                self.indexes.push(table.find(name, 0).map(|i| i as u32));
+            }
+            self.table = Some(table.order.clone());
+        }
+        &self.indexes
     }
 
     fn learn_from(&mut self, image: &str) -> bool {
@@ -329,6 +352,54 @@ impl<'a> Cursor<'a> {
         true
     }
 
+    /// The value of column `i` of `table` at the cursor, written as [`Cursor::image_value`]
+    /// writes it: strings without escapes and integers of columns that convert nothing written
+    /// as read once checked, the rest through [`ImageRows::column_value`].
+    #[inline(always)]
+    fn column_value(
+        &mut self,
+        table: &Table,
+        i: usize,
+        opts: &Options,
+        writer: &mut ImageRows<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let col = &table.columns[i];
+        if col.conv == Conv::None {
+            match col.check {
+                Check::Str if self.bytes.get(self.at) == Some(&b'"') => {
+                    if let Some(end) = self.plain_end(self.at + 1) {
+                        let body = &self.bytes[self.at + 1..end];
+                        let marker = match col.marker {
+                            Marker::Text => Some(opts.placeholder.as_bytes()),
+                            Marker::Binary => Some(opts.placeholder_b64.as_bytes()),
+                            Marker::None => None,
+                        };
+                        if marker.is_none_or(|m| *m != *body) {
+                            out.extend_from_slice(&self.bytes[self.at..=end]);
+                            self.at = end + 1;
+                            return Ok(());
+                        }
+                    }
+                }
+                Check::Int(lo, hi) => {
+                    if let Some(end) = self.plain_int_end(18) {
+                        let v = digits_value(&self.bytes[self.at..end]) as i64;
+                        if lo <= v && v <= hi {
+                            out.extend_from_slice(&self.bytes[self.at..end]);
+                            self.at = end;
+                            return Ok(());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let atom = self.atom()?;
+        let s = self.scalar_of(atom)?;
+        writer.column_value(table, i, s, opts, out)
+    }
+
     /// A schema-less row image along `columns` whose every value is written as it is read
     /// ([`Cursor::plain_value_end`]): its text is its canonical text, copied at once. `None`:
     /// another image (the cursor is where it was).
@@ -419,7 +490,14 @@ impl<'a> Cursor<'a> {
         let start = out.len();
         let first_member = members.as_ref().map_or(0, |m| m.len());
         let mut writer = ImageRows::new(rows);
-        for &(from, to) in &columns.columns {
+        let table = match rows {
+            RowMode::Table(table) => {
+                columns.indexes(table);
+                Some(table)
+            }
+            RowMode::Schemaless => None,
+        };
+        for (c, &(from, to)) in columns.columns.iter().enumerate() {
             let lit = &columns.text[from as usize..to as usize];
             if !self.lit(lit.as_bytes()) {
                 return None;
@@ -427,7 +505,16 @@ impl<'a> Cursor<'a> {
             let name_start = out.len() + 2;
             out.extend_from_slice(lit.as_bytes());
             let value_start = out.len();
-            if !(schemaless && self.plain_value(opts, out)) {
+            let written = match (table, columns.indexes.get(c)) {
+                (None, _) => self.plain_value(opts, out),
+                (Some(table), Some(&Some(i))) => {
+                    self.column_value(table, i as usize, opts, &mut writer, out)
+                        .ok()?;
+                    true
+                }
+                _ => false,
+            };
+            if !written {
                 let name = &lit[2..lit.len() - 2];
                 self.image_value(name, schemaless, opts, &mut writer, out, gone)
                     .ok()?;
@@ -778,6 +865,7 @@ mod tests {
                         prop_oneof![
                             6 => "[a-zé日 ]{0,20}".prop_map(|s| format!("\"{s}\"")),
                             6 => any::<i64>().prop_map(|i| i.to_string()),
+                            4 => (-40_000i64..40_000).prop_map(|i| i.to_string()),
                             3 => super::super::tests::atom(),
                         ]
                         .prop_map(move |v| format!("\"{c}\":{v}"))
@@ -850,7 +938,9 @@ mod tests {
             proptest::sample::subsequence(TOP.to_vec(), 2..=9).prop_shuffle(),
             proptest::sample::subsequence(SOURCE.to_vec(), 0..=15),
             proptest::sample::subsequence(
-                vec!["id", "name", "a", "é", "before", "ts_ms", "x\\\"y"],
+                vec![
+                    "id", "name", "a", "é", "before", "ts_ms", "snapshot", "x\\\"y",
+                ],
                 0..=5,
             ),
         )
