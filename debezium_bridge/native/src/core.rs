@@ -11,8 +11,7 @@ use crate::decode::Interner;
 use crate::event::{Event, Image, SpareBuffers};
 use crate::jsonw;
 use crate::value::{self, Member};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -262,8 +261,9 @@ pub struct Core {
     commit_marks: hashbrown::HashMap<u32, LsnKey>,
     idle: hashbrown::HashSet<u32>,
     watermark: Option<LsnKey>,
-    groups: hashbrown::HashMap<GroupKey, Vec<Event>>,
-    heap: BinaryHeap<Reverse<GroupKey>>,
+    /// The waiting events by position group, in release order (`_groups` and `_heap`: the
+    /// ordered map does both for the handful of groups that wait).
+    groups: BTreeMap<GroupKey, Vec<Event>>,
     released_upto: Option<GroupKey>,
     tx_expected: hashbrown::HashMap<LsnKey, i64>,
     commits: hashbrown::HashMap<LsnKey, [i64; 2]>,
@@ -282,6 +282,8 @@ pub struct Core {
     /// Scratch for the identity bytes of an event id.
     ident: Vec<u8>,
     second_texts: SecondTexts,
+    /// The text of a line from `tx` to its lineage's partition, for (snapshot, source, topic).
+    tail_text: (Option<(u32, u32, u32)>, Vec<u8>),
     /// Emptied group lists, kept for the next groups (most groups hold one event).
     spare_groups: Vec<Vec<Event>>,
 }
@@ -348,8 +350,7 @@ impl Core {
             commit_marks: Default::default(),
             idle: Default::default(),
             watermark: None,
-            groups: Default::default(),
-            heap: BinaryHeap::new(),
+            groups: BTreeMap::new(),
             released_upto: None,
             tx_expected: Default::default(),
             commits: Default::default(),
@@ -361,6 +362,7 @@ impl Core {
             current: [(0, 0); 6],
             ident: Vec::with_capacity(128),
             second_texts: SecondTexts::default(),
+            tail_text: (None, Vec::new()),
             spare_groups: Vec::new(),
         }
     }
@@ -613,15 +615,11 @@ impl Core {
         }
         let table_id = self.interner.tables[e.table as usize].table_id.clone();
         let group_key: GroupKey = (commit, change, table_id);
-        match self.groups.get_mut(&group_key) {
-            Some(group) => group.push(e),
-            None => {
-                self.heap.push(Reverse(group_key.clone()));
-                let mut group = self.spare_groups.pop().unwrap_or_default();
-                group.push(e);
-                self.groups.insert(group_key, group);
-            }
-        }
+        let spare_groups = &mut self.spare_groups;
+        self.groups
+            .entry(group_key)
+            .or_insert_with(|| spare_groups.pop().unwrap_or_default())
+            .push(e);
         if tracked {
             self.pending_ids.insert(identity);
         }
@@ -629,7 +627,7 @@ impl Core {
         let counts = self.commits.entry(commit).or_insert([0, 0]);
         counts[0] += 1;
         counts[1] += 1;
-        let head = self.heap.peek().map(|r| r.0 .0).unwrap_or(TOP);
+        let head = self.groups.first_key_value().map_or(TOP, |(k, _)| k.0);
         match self.watermark {
             Some(w)
                 if head >= w
@@ -680,11 +678,11 @@ impl Core {
     }
 
     fn release_ready(&mut self) {
-        if self.heap.is_empty() {
+        if self.groups.is_empty() {
             return;
         }
         let watermark = self.current_watermark();
-        while let Some(Reverse(head)) = self.heap.peek() {
+        while let Some((head, group)) = self.groups.first_key_value() {
             let commit = head.0;
             let complete = !self.tx_expected.is_empty()
                 && self.tx_expected.get(&commit).is_some_and(|&expected| {
@@ -692,20 +690,18 @@ impl Core {
                 });
             if commit < watermark || complete {
             } else if self.counters.pending > self.config.max_pending {
-                let forced = self.groups.get(head).map(|g| g.len()).unwrap_or(0) as i64;
-                self.counters.released_by_pressure += forced;
+                self.counters.released_by_pressure += group.len() as i64;
             } else {
                 break;
             }
-            let Some(Reverse(key)) = self.heap.pop() else {
+            let Some((key, events)) = self.groups.pop_first() else {
                 break;
             };
-            self.release_group(key);
+            self.release_group(key, events);
         }
     }
 
-    fn release_group(&mut self, key: GroupKey) {
-        let events = self.groups.remove(&key).unwrap_or_default();
+    fn release_group(&mut self, key: GroupKey, events: Vec<Event>) {
         let n = events.len() as i64;
         self.counters.pending -= n;
         if !self.pending_ids.is_empty() {
@@ -739,8 +735,8 @@ impl Core {
 
     /// End of input: release everything.
     pub fn flush(&mut self) {
-        while let Some(Reverse(key)) = self.heap.pop() {
-            self.release_group(key);
+        while let Some((key, events)) = self.groups.pop_first() {
+            self.release_group(key, events);
         }
     }
 
@@ -1053,6 +1049,39 @@ impl Core {
         self.current[3] = (at as u32, out.len() as u32);
         out.extend_from_slice(b",\"capture_ts\":");
         self.second_texts.write_iso_ms(out, e.ts_ms);
+        if let (None, [only]) = (&e.tx, lineage) {
+            // the usual case: the same text up to the partition for every event of a topic
+            let key = (e.snapshot, e.source, only.origin.topic);
+            if self.tail_text.0 != Some(key) {
+                let mut text = Vec::with_capacity(256);
+                text.extend_from_slice(b",\"tx\":null,\"snapshot\":");
+                text.extend_from_slice(&self.interner.snapshot_json[e.snapshot as usize]);
+                text.extend_from_slice(b",\"source\":");
+                text.extend_from_slice(&self.interner.sources[e.source as usize]);
+                text.extend_from_slice(b",\"lineage\":[{\"topic\":");
+                text.extend_from_slice(&self.topic_json[only.origin.topic as usize]);
+                text.extend_from_slice(b",\"partition\":");
+                self.tail_text = (Some(key), text);
+            }
+            out.extend_from_slice(&self.tail_text.1);
+            jsonw::write_i64(out, only.origin.partition as i64);
+            out.extend_from_slice(b",\"offset\":");
+            jsonw::write_opt_i64(out, only.origin.offset);
+            out.extend_from_slice(b"}],\"event_id\":");
+        } else {
+            self.write_tx_to_lineage(e, lineage, out);
+        }
+        let at = out.len();
+        self.write_event_id(lineage, out);
+        self.current[5] = (at as u32, out.len() as u32);
+        out.extend_from_slice(b",\"format_version\":1}\n");
+        self.out_records += 1;
+        self.line_ends.push(out.len());
+        self.spans.push(self.current);
+    }
+
+    /// `write_tail`'s text from `tx` to `event_id`'s name.
+    fn write_tx_to_lineage(&mut self, e: &Event, lineage: &[&Event], out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"tx\":");
         match &e.tx {
             None => out.extend_from_slice(b"null"),
@@ -1088,13 +1117,6 @@ impl Core {
             out.push(b'}');
         }
         out.extend_from_slice(b"],\"event_id\":");
-        let at = out.len();
-        self.write_event_id(lineage, out);
-        self.current[5] = (at as u32, out.len() as u32);
-        out.extend_from_slice(b",\"format_version\":1}\n");
-        self.out_records += 1;
-        self.line_ends.push(out.len());
-        self.spans.push(self.current);
     }
 
     /// Take the JSON lines written so far.
