@@ -45,6 +45,7 @@ pub struct Interner {
     snapshot_index: hashbrown::HashMap<String, u32>,
     last_table: Option<(u32, Option<String>)>,
     last_source: Option<(u32, SourceKey)>,
+    last_snapshot: Option<u32>,
 }
 
 type SourceKey = (Option<String>, Option<String>, Option<String>);
@@ -75,7 +76,14 @@ impl Interner {
     pub fn table(&mut self, db: Option<&str>, schema: &str, name: &str) -> u32 {
         if let Some((last, last_db)) = &self.last_table {
             let info = &self.tables[*last as usize];
-            if info.name == name && info.schema == schema && last_db.as_deref() == db {
+            let same = crate::jsonw::same_bytes;
+            if same(info.name.as_bytes(), name.as_bytes())
+                && same(info.schema.as_bytes(), schema.as_bytes())
+                && match (last_db, db) {
+                    (Some(a), Some(b)) => same(a.as_bytes(), b.as_bytes()),
+                    (a, b) => a.is_none() && b.is_none(),
+                }
+            {
                 return *last;
             }
         }
@@ -121,10 +129,11 @@ impl Interner {
         version: Option<&str>,
     ) -> u32 {
         if let Some((i, key)) = &self.last_source {
-            if key.0.as_deref() == connector
-                && key.1.as_deref() == name
-                && key.2.as_deref() == version
-            {
+            let same = |a: &Option<String>, b: Option<&str>| match (a, b) {
+                (Some(a), Some(b)) => crate::jsonw::same_bytes(a.as_bytes(), b.as_bytes()),
+                (a, b) => a.is_none() && b.is_none(),
+            };
+            if same(&key.0, connector) && same(&key.1, name) && same(&key.2, version) {
                 return *i;
             }
         }
@@ -169,6 +178,17 @@ impl Interner {
     }
 
     pub fn snapshot(&mut self, marker: &str) -> u32 {
+        if let Some(i) = self.last_snapshot {
+            if crate::jsonw::same_bytes(self.snapshots[i as usize].as_bytes(), marker.as_bytes()) {
+                return i;
+            }
+        }
+        let i = self.snapshot_slow(marker);
+        self.last_snapshot = Some(i);
+        i
+    }
+
+    fn snapshot_slow(&mut self, marker: &str) -> u32 {
         if let Some(&i) = self.snapshot_index.get(marker) {
             return i;
         }

@@ -43,7 +43,16 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     if n < 8 {
-        return a == b;
+        if n < 4 {
+            return a.iter().zip(b).all(|(x, y)| x == y);
+        }
+        // the first and the last four bytes (overlapping when `n` is below 8)
+        let quad = |s: &[u8], at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&s[at..at + 4]);
+            u32::from_le_bytes(w)
+        };
+        return quad(a, 0) == quad(b, 0) && quad(a, n - 4) == quad(b, n - 4);
     }
     let word = |s: &[u8], at: usize| {
         let mut w = [0u8; 8];
@@ -400,5 +409,29 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "\"a\u{7f}/\u{2028}é\\\"\\\\\\u0000\\u001f\\b\\f\\n\\r\\t\""
         );
+    }
+}
+
+#[cfg(test)]
+mod same_bytes_tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 20000, ..ProptestConfig::default() })]
+
+        /// Equal slices, and slices one byte apart at any position, of every length to 40.
+        #[test]
+        fn same_bytes_is_slice_equality(a in proptest::collection::vec(any::<u8>(), 0..40), at in any::<prop::sample::Index>(), byte in any::<u8>(), longer in any::<bool>()) {
+            let mut b = a.clone();
+            prop_assert!(super::same_bytes(&a, &b));
+            if !b.is_empty() {
+                let i = at.index(b.len());
+                b[i] = byte;
+            }
+            if longer {
+                b.push(byte);
+            }
+            prop_assert_eq!(super::same_bytes(&a, &b), a == b);
+        }
     }
 }
