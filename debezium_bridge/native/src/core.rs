@@ -1178,6 +1178,7 @@ fn unreachable_event() -> Event {
         partner_key: None,
         seq: None,
         changed: None,
+        names: None,
     }
 }
 
@@ -1295,6 +1296,14 @@ fn columns(
     unavailable: &[Box<str>],
 ) {
     let Some(image) = image else { return };
+    if unavailable.is_empty() {
+        if let Some(names) = &e.names {
+            if names.fit(e.members_of(image).len(), e.column_order.as_ref()) {
+                out.extend_from_slice(&names.list);
+                return;
+            }
+        }
+    }
     let mut first = true;
     match order {
         Some(order) if order.names.len() == e.members_of(image).len() => {
@@ -1336,6 +1345,25 @@ fn changed(
     };
     let mut first = true;
     let (bm, am) = (be.members_of(before), ae.members_of(after));
+    if let (true, Some(names), Some(other)) = (unavailable.is_empty(), &ae.names, &be.names) {
+        if Arc::ptr_eq(names, other)
+            && bm.len() == am.len()
+            && names.fit(am.len(), ae.column_order.as_ref())
+        {
+            // both images list these names, in this order (the table version's, if it has one)
+            for ((b, a), &(from, to)) in bm.iter().zip(am).zip(names.spans.iter()) {
+                let (x, y) = (text_at(be, b.value), text_at(ae, a.value));
+                if !value::py_eq(x, y) {
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    out.extend_from_slice(&names.list[from as usize..to as usize]);
+                }
+            }
+            return;
+        }
+    }
     if unavailable.is_empty()
         && bm.len() == am.len()
         && order.is_none_or(|o| o.plain && o.names.len() == am.len())
@@ -1708,5 +1736,85 @@ mod tests {
         let a = lsn_key(&Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
         let b = lsn_key(&Some([0, 0, 0, 0, 0, 0, 0, 0, 1, 0]));
         assert!(0 < a && a < b && b < TOP);
+    }
+
+    /// An event of `op` whose images list `columns` in order, before and after holding
+    /// `before` and `after` (as canonical JSON values), its column order `order`.
+    fn imaged(
+        core: &mut Core,
+        op: u8,
+        columns: &[&str],
+        values: (&[&str], &[&str]),
+        order: Option<Arc<[String]>>,
+    ) -> Event {
+        let mut e = event(core, 0, 0, 1, op);
+        let image = |e: &mut Event, values: &[&str]| {
+            let start = e.buf.len();
+            let first = e.members.len();
+            e.buf.push(b'{');
+            for (i, (name, value)) in columns.iter().zip(values).enumerate() {
+                if i > 0 {
+                    e.buf.push(b',');
+                }
+                e.buf.push(b'"');
+                let name_at = e.buf.len();
+                e.buf.extend_from_slice(name.as_bytes());
+                let name_end = e.buf.len();
+                e.buf.extend_from_slice(b"\":");
+                let value_at = e.buf.len();
+                e.buf.extend_from_slice(value.as_bytes());
+                e.members.push(Member {
+                    name: (name_at as u32, name_end as u32),
+                    value: (value_at as u32, e.buf.len() as u32),
+                });
+            }
+            e.buf.push(b'}');
+            Image {
+                span: (start as u32, e.buf.len() as u32),
+                members: (first as u32, e.members.len() as u32),
+            }
+        };
+        if op != b'c' {
+            e.before = Some(image(&mut e, values.0));
+        }
+        if op != b'd' {
+            e.after = Some(image(&mut e, values.1));
+        }
+        e.column_order = order;
+        e
+    }
+
+    fn line_of(core: &mut Core, e: Event) -> String {
+        core.write_single(&e);
+        String::from_utf8(core.take_output().0).unwrap_or_default()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+
+        /// An event whose images the decoder read along one list of names (`Event::names`, as
+        /// `scan::layout` sets it: the table's order when the names are all its columns in its
+        /// order) is written as without them.
+        #[test]
+        fn names_read_along_a_layout_change_nothing(
+            picked in proptest::sample::subsequence(vec!["id", "a", "b", "c", "d"], 1..=5).prop_shuffle(),
+            table in proptest::option::of(proptest::sample::subsequence(vec!["id", "a", "b", "c", "d"], 0..=5).prop_shuffle()),
+            values in proptest::collection::vec(proptest::sample::select(vec!["1", "1.0", "2", "true", "null", "\"x\"", "\"y\""]), 10),
+            op in proptest::sample::select(vec![b'c', b'u', b'd', b'r']),
+        ) {
+            use proptest::prelude::*;
+            let mut core = core();
+            let order: Option<Arc<[String]>> = table.map(|t| t.iter().map(|n| n.to_string()).collect());
+            let n = picked.len();
+            let (before, after) = (&values[..n], &values[5..5 + n]);
+            let plain = imaged(&mut core, op, &picked, (before, after), order.clone());
+            let mut named = imaged(&mut core, op, &picked, (before, after), order.clone());
+            let in_order = order.as_ref().is_some_and(|o| o.len() == n && o.iter().zip(&picked).all(|(a, b)| a == b));
+            named.names = Some(Arc::new(crate::event::ImageNames::new(
+                picked.iter().map(|p| format!("\"{p}\"")),
+                if in_order { order.clone() } else { None },
+            )));
+            prop_assert_eq!(line_of(&mut core, named), line_of(&mut core, plain));
+        }
     }
 }

@@ -862,6 +862,7 @@ impl Decoder {
             partner_key,
             seq: None,
             changed: None,
+            names: env.names,
         })
     }
 }

@@ -357,6 +357,9 @@ pub struct Envelope<'a> {
     pub op: Option<&'a str>,
     pub ts_ms: Option<i64>,
     pub transaction: Option<Tx<'a>>,
+    /// The member names of both images, when each was read along them
+    /// ([`crate::event::Event::names`]).
+    pub names: Option<std::sync::Arc<crate::event::ImageNames>>,
 }
 
 /// The bit of an envelope member both readers take (`scan` and this walk); 0: another member.

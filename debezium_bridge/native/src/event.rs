@@ -62,6 +62,57 @@ pub struct Event {
     /// Columns the source says an update changed (`ChangeEvent.changed`: the update mask of
     /// change-table rows), in column order; `None`: found by comparing the images.
     pub changed: Option<Arc<[String]>>,
+    /// The member names of both images, when the decoder read each along one list of names.
+    pub names: Option<Arc<ImageNames>>,
+}
+
+/// The member names of a table's row images as a decoder read them (`scan::layout`): every
+/// image of an event that has these names lists exactly them, in this order.
+#[derive(Debug)]
+pub struct ImageNames {
+    /// `"a","b",…`: the names as JSON strings, comma separated (`changed_columns` when every
+    /// column is in it).
+    pub list: Box<[u8]>,
+    /// Where each name's JSON string is in `list`.
+    pub spans: Box<[(u32, u32)]>,
+    /// The column order of the table version these names are in, all of them (schema-ful
+    /// rows); `None`: schema-less.
+    pub order: Option<Arc<[String]>>,
+}
+
+impl ImageNames {
+    /// Names in `list`'s text; `order`: see [`ImageNames::order`].
+    pub fn new(
+        quoted: impl Iterator<Item = impl AsRef<[u8]>>,
+        order: Option<Arc<[String]>>,
+    ) -> Self {
+        let mut list = Vec::new();
+        let mut spans = Vec::new();
+        for name in quoted {
+            if !list.is_empty() {
+                list.push(b',');
+            }
+            let from = list.len() as u32;
+            list.extend_from_slice(name.as_ref());
+            spans.push((from, list.len() as u32));
+        }
+        ImageNames {
+            list: list.into(),
+            spans: spans.into(),
+            order,
+        }
+    }
+
+    /// Whether the images of an event with these names, `count` members each, list the
+    /// columns of `order` (the event's column order) in that order, when it has one.
+    #[inline]
+    pub fn fit(&self, count: usize, order: Option<&Arc<[String]>>) -> bool {
+        self.spans.len() == count
+            && match order {
+                None => true,
+                Some(order) => self.order.as_ref().is_some_and(|o| Arc::ptr_eq(o, order)),
+            }
+    }
 }
 
 impl Event {

@@ -574,6 +574,7 @@ impl NativeCore {
                 Some(seq.into_boxed_str())
             },
             changed: changed.map(|c| c.into()),
+            names: None,
         })
     }
 }

@@ -496,6 +496,7 @@ impl Reader {
                 partner_key,
                 seq,
                 changed,
+                names: None,
             },
             topic,
             timestamp,

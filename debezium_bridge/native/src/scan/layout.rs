@@ -21,6 +21,7 @@
 
 use super::{Cursor, Source};
 use crate::dom::{envelope_bit, source_bit, Envelope, ImageRows};
+use crate::event::ImageNames;
 use crate::parse::{ImageAt, RowMode};
 use crate::schema::{Check, Conv, Marker, Options, Table};
 use crate::value::{Decline, Member, Result};
@@ -110,6 +111,8 @@ pub struct Columns {
     table: Option<std::sync::Arc<[String]>>,
     /// Per column: its index in `table` (`None`: not one of its columns).
     indexes: Vec<Option<u32>>,
+    /// The names, for schema-less rows and for the rows of `table` (`None`: not learnt yet).
+    names: [Option<std::sync::Arc<ImageNames>>; 2],
     /// Images to read column by column before trying [`Cursor::verbatim_image`] again (after
     /// one that was not verbatim).
     verbatim_wait: u8,
@@ -128,6 +131,7 @@ impl Columns {
         self.text.clear();
         self.columns.clear();
         self.table = None;
+        self.names = [None, None];
         if !self.learn_from(image) {
             self.text.clear();
             self.columns.clear();
@@ -147,8 +151,48 @@ impl Columns {
                 self.indexes.push(table.find(name, 0).map(|i| i as u32));
             }
             self.table = Some(table.order.clone());
+            self.names[1] = None;
         }
         &self.indexes
+    }
+
+    /// The names of these columns, as images of `rows` list them (the order of `rows`' table
+    /// version when the columns are all of its columns in its order).
+    fn names(&mut self, rows: RowMode<'_>) -> std::sync::Arc<ImageNames> {
+        let quoted = |text: &str, columns: &[(u32, u32)]| {
+            columns
+                .iter()
+                .map(|&(from, to)| text.as_bytes()[from as usize + 1..to as usize - 1].to_vec())
+                .collect::<Vec<_>>()
+        };
+        match rows {
+            RowMode::Schemaless => self.names[0]
+                .get_or_insert_with(|| {
+                    std::sync::Arc::new(ImageNames::new(
+                        quoted(&self.text, &self.columns).into_iter(),
+                        None,
+                    ))
+                })
+                .clone(),
+            RowMode::Table(table) => {
+                self.indexes(table);
+                let in_order = self.indexes.len() == table.columns.len()
+                    && self
+                        .indexes
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &at)| at == Some(i as u32));
+                let order = in_order.then(|| table.order.clone());
+                self.names[1]
+                    .get_or_insert_with(|| {
+                        std::sync::Arc::new(ImageNames::new(
+                            quoted(&self.text, &self.columns).into_iter(),
+                            order,
+                        ))
+                    })
+                    .clone()
+            }
+        }
     }
 
     fn learn_from(&mut self, image: &str) -> bool {
@@ -294,18 +338,32 @@ impl<'a> Cursor<'a> {
         rows: RowMode<'_>,
         opts: &Options,
         out: &mut Vec<u8>,
-        mut members: Option<&mut Vec<Member>>,
+        members: Option<&mut Vec<Member>>,
         gone: &mut Vec<Box<str>>,
     ) -> Result<Option<ImageAt>> {
+        self.image_read_along(columns, rows, opts, out, members, gone)
+            .map(|(image, _)| image)
+    }
+
+    /// [`Cursor::image_along`], and whether the image was `null` or followed `columns`.
+    fn image_read_along(
+        &mut self,
+        columns: &mut Columns,
+        rows: RowMode<'_>,
+        opts: &Options,
+        out: &mut Vec<u8>,
+        mut members: Option<&mut Vec<Member>>,
+        gone: &mut Vec<Box<str>>,
+    ) -> Result<(Option<ImageAt>, bool)> {
         if self.lit(b"null") {
-            return Ok(None);
+            return Ok((None, true));
         }
         let at = self.at;
         let (out_len, gone_len) = (out.len(), gone.len());
         let members_len = members.as_ref().map_or(0, |m| m.len());
         if let Some(image) = self.image_fast(columns, rows, opts, out, members.as_deref_mut(), gone)
         {
-            return Ok(Some(image));
+            return Ok((Some(image), true));
         }
         self.at = at;
         out.truncate(out_len);
@@ -318,7 +376,7 @@ impl<'a> Cursor<'a> {
             let text = self.text;
             columns.learn(&text[at..self.at]);
         }
-        Ok(image)
+        Ok((image, false))
     }
 
     /// The end of a schema-less value at the cursor that is written as it is read, as
@@ -652,18 +710,21 @@ impl Layout {
         let mut env = Envelope::default();
         let mut source = Source::default();
         fixed.fill(&mut source);
+        let mut named = true;
         for &step in &self.steps {
             if !c.lit(span(&self.text, step.lit)) {
                 return Err(Decline);
             }
             match step.slot {
-                Slot::Before => {
-                    env.before =
-                        c.image_along(&mut self.image, rows, opts, out, Some(members), gone)?
-                }
-                Slot::After => {
-                    env.after =
-                        c.image_along(&mut self.image, rows, opts, out, Some(members), gone)?
+                Slot::Before | Slot::After => {
+                    let (image, along) =
+                        c.image_read_along(&mut self.image, rows, opts, out, Some(members), gone)?;
+                    named &= along;
+                    if step.slot == Slot::Before {
+                        env.before = image;
+                    } else {
+                        env.after = image;
+                    }
                 }
                 Slot::Op => env.op = c.opt_str_quick()?,
                 Slot::TsMs => env.ts_ms = c.strict_int_quick()?,
@@ -683,6 +744,9 @@ impl Layout {
         }
         c.end()?;
         env.source = Some(source);
+        if named && !self.image.columns.is_empty() {
+            env.names = Some(self.image.names(rows));
+        }
         Ok(env)
     }
 }
