@@ -653,6 +653,8 @@ pub struct AvroValue {
     readers: Vec<Datum>,
     /// Each row column's name as JSON text (quoted, escaped), written once here.
     names: Vec<Vec<u8>>,
+    /// The same names, as the events' images list them ([`crate::event::Event::names`]).
+    image_names: Arc<crate::event::ImageNames>,
     pub table: Arc<Table>,
 }
 
@@ -894,13 +896,20 @@ impl AvroValue {
         }
         let fields = &parsed.records[row].fields;
         let readers = fields.iter().map(|f| Datum::of(&f.node)).collect();
-        let names = fields.iter().map(|f| jsonw::json_string(&f.name)).collect();
+        let names: Vec<Vec<u8>> = fields.iter().map(|f| jsonw::json_string(&f.name)).collect();
+        let table = Arc::new(Table::new(columns));
+        // (every image lists every field, in the schema's order: the table's)
+        let image_names = Arc::new(crate::event::ImageNames::new(
+            names.iter(),
+            Some(table.order.clone()),
+        ));
         Ok(AvroValue {
             parsed,
             roles,
             readers,
             names,
-            table: Arc::new(Table::new(columns)),
+            image_names,
+            table,
         })
     }
 }
@@ -1068,6 +1077,7 @@ impl AvroValue {
         if cur.pos != data.len() {
             return Err(Decline);
         }
+        env.names = Some(self.image_names.clone());
         Ok(env)
     }
 
