@@ -19,10 +19,11 @@
 //! corpus (callgrind of `native_one`, 2026-11-28); see `scripts/bench/README.md` for the figure
 //! along a layout.
 
-use super::{Cursor, Source};
+use super::{number, Atom, Cursor, Source};
 use crate::dom::{envelope_bit, source_bit, Envelope, ImageRows};
 use crate::event::ImageNames;
 use crate::parse::{ImageAt, RowMode};
+use crate::schema::Scalar;
 use crate::schema::{Check, Conv, Marker, Options, Table};
 use crate::value::{Decline, Member, Result};
 
@@ -381,7 +382,8 @@ impl<'a> Cursor<'a> {
 
     /// The end of a schema-less value at the cursor that is written as it is read, as
     /// [`Cursor::image_value`] writes it: a string without escapes that is not the placeholder,
-    /// an integer ([`Cursor::plain_integer_end`]).
+    /// `true`, `false`, `null`, an integer ([`Cursor::plain_integer_end`]), a float in its
+    /// shortest text ([`Cursor::float_as_written_end`]).
     #[inline(always)]
     fn plain_value_end(&self, opts: &Options) -> Option<usize> {
         match self.bytes.get(self.at) {
@@ -395,8 +397,36 @@ impl<'a> Cursor<'a> {
                 }
                 Some(end + 1)
             }
-            _ => self.plain_integer_end(),
+            Some(b't' | b'f' | b'n') => {
+                let rest = &self.bytes[self.at..];
+                [&b"true"[..], b"false", b"null"]
+                    .into_iter()
+                    .find(|word| rest.starts_with(word))
+                    .map(|word| self.at + word.len())
+            }
+            _ => self
+                .plain_integer_end()
+                .or_else(|| self.float_as_written_end()),
         }
+    }
+
+    /// The end of a float at the cursor whose canonical text is its text: the shortest text of
+    /// its value in msgspec's layout (what Python writes, and Java in fixed notation).
+    #[inline]
+    fn float_as_written_end(&self) -> Option<usize> {
+        let mut probe = Cursor {
+            text: self.text,
+            bytes: self.bytes,
+            at: self.at,
+        };
+        let Ok(Atom::Num(raw, false)) = probe.number() else {
+            return None;
+        };
+        let Ok(Scalar::Float(v)) = number(raw, false) else {
+            return None;
+        };
+        let mut shortest = ryu::Buffer::new();
+        (shortest.format_finite(v).as_bytes() == raw.as_bytes()).then_some(probe.at)
     }
 
     /// [`Cursor::plain_value_end`]'s value, written to `out`.
