@@ -279,17 +279,25 @@ impl<'a> Cursor<'a> {
             .then_some(end)
     }
 
+    /// A string without escapes right at the cursor, consumed.
+    #[inline(always)]
+    fn plain_str(&mut self) -> Option<&'a str> {
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let end = self.plain_end(self.at + 1)?;
+        let body = &self.text[self.at + 1..end];
+        self.at = end + 1;
+        Some(body)
+    }
+
     /// [`Cursor::opt_str`], quicker on a string without escapes at the cursor.
     #[inline(always)]
     fn opt_str_quick(&mut self) -> Result<Option<&'a str>> {
-        if self.bytes.get(self.at) == Some(&b'"') {
-            if let Some(end) = self.plain_end(self.at + 1) {
-                let body = &self.text[self.at + 1..end];
-                self.at = end + 1;
-                return Ok(Some(body));
-            }
+        match self.plain_str() {
+            Some(body) => Ok(Some(body)),
+            None => self.opt_str(),
         }
-        self.opt_str()
     }
 
     /// [`Cursor::strict_int`], quicker on a positive integer of up to 18 digits.
@@ -307,6 +315,9 @@ impl<'a> Cursor<'a> {
     /// (whose value is not read) at the cursor.
     #[inline(always)]
     fn skip_quick(&mut self) -> Result<()> {
+        if self.lit(b"null") {
+            return Ok(());
+        }
         if let Some(end) = self.plain_int_end(19) {
             self.at = end;
             return Ok(());
@@ -758,9 +769,17 @@ impl Layout {
                 }
                 Slot::Op => env.op = c.opt_str_quick()?,
                 Slot::TsMs => env.ts_ms = c.strict_int_quick()?,
-                Slot::Transaction => env.transaction = c.transaction()?,
+                Slot::Transaction => {
+                    if !c.lit(b"null") {
+                        env.transaction = c.transaction()?;
+                    }
+                }
                 Slot::Source(bit) => match bit {
                     8 => source.ts_ms = c.strict_int_quick()?,
+                    16 => match c.plain_str() {
+                        Some(text) => source.snapshot = Some(Ok(text)),
+                        None => c.source_member(bit, &mut source)?,
+                    },
                     256 => source.change_lsn = c.opt_str_quick()?,
                     512 => source.commit_lsn = c.opt_str_quick()?,
                     1024 => source.event_serial_no = c.strict_int_quick()?,
