@@ -494,9 +494,35 @@ impl<'a> Cursor<'a> {
                 _ => {}
             }
         }
-        let atom = self.atom()?;
-        let s = self.scalar_of(atom)?;
+        let s = match self.quick_scalar() {
+            Some(s) => s,
+            None => {
+                let atom = self.atom()?;
+                self.scalar_of(atom)?
+            }
+        };
         writer.column_value(table, i, s, opts, out)
+    }
+
+    /// The [`Scalar`] at the cursor for the usual texts, read without the general reader: a
+    /// string without escapes, an integer whose canonical text is its text
+    /// ([`Cursor::plain_integer_end`]), as [`Cursor::scalar_of`] reads them; `None`: another
+    /// text (nothing consumed).
+    #[inline(always)]
+    fn quick_scalar(&mut self) -> Option<Scalar<'a>> {
+        if let Some(body) = self.plain_str() {
+            return Some(Scalar::Str(std::borrow::Cow::Borrowed(body)));
+        }
+        let end = self.plain_integer_end()?;
+        let negative = self.bytes[self.at] == b'-';
+        let v = digits_value(&self.bytes[self.at + usize::from(negative)..end]);
+        self.at = end;
+        // (at most 18 digits when negative, 19 when positive: within i64, or u64)
+        Some(match (negative, i64::try_from(v)) {
+            (true, _) => Scalar::Int(0i64.wrapping_sub_unsigned(v)),
+            (false, Ok(i)) => Scalar::Int(i),
+            (false, Err(_)) => Scalar::UInt(v),
+        })
     }
 
     /// A schema-less row image along `columns` whose every value is written as it is read
