@@ -25,11 +25,11 @@ pub fn lsn_key(lsn: &crate::lsn::Lsn) -> LsnKey {
     match lsn {
         None => 0,
         Some(b) => {
-            let mut v: u128 = 1;
-            for &x in b {
-                v = (v << 8) | x as u128;
-            }
-            v
+            // 1, then the 10 bytes, big-endian
+            let mut v = [0u8; 16];
+            v[5] = 1;
+            v[6..].copy_from_slice(b);
+            u128::from_be_bytes(v)
         }
     }
 }

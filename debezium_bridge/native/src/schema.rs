@@ -906,13 +906,12 @@ fn write_fraction(sub: i64, full: u32, digits: u32, out: &mut Vec<u8>) {
     }
     let (kept, dropped) = div_rem_euclid(sub, 10i64.pow(full - digits));
     if dropped != 0 {
-        let mut text = Vec::with_capacity(full as usize);
-        push_digits(&mut text, sub as u64, full as usize);
-        while text.last() == Some(&b'0') {
-            text.pop();
-        }
+        // every digit, less the trailing zeros (a digit is not zero: `dropped` is not)
         out.push(b'.');
-        out.extend_from_slice(&text);
+        push_digits(out, sub as u64, full as usize);
+        while out.last() == Some(&b'0') {
+            out.pop();
+        }
     } else if digits > 0 {
         out.push(b'.');
         push_digits(out, kept as u64, digits as usize);
