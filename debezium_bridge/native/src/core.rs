@@ -1571,11 +1571,10 @@ pub fn write_iso_ms_uncached(out: &mut Vec<u8>, ms: Option<i64>) {
     }
     let days = seconds.div_euclid(86_400);
     let secs = seconds.rem_euclid(86_400);
-    let mut date = Vec::with_capacity(12);
-    if crate::schema::write_date(days, &mut date).is_err() {
+    let Ok(date) = crate::schema::date_text(days) else {
         out.extend_from_slice(b"null");
         return;
-    }
+    };
     // strip the year's zero padding
     let year_end = date.iter().position(|&b| b == b'-').unwrap_or(4);
     let lead = date[..year_end - 1]
@@ -1585,7 +1584,7 @@ pub fn write_iso_ms_uncached(out: &mut Vec<u8>, ms: Option<i64>) {
     out.push(b'"');
     out.extend_from_slice(&date[lead..]);
     out.push(b'T');
-    crate::schema::write_clock(secs, out);
+    out.extend_from_slice(&crate::schema::clock_text(secs));
     out.push(b'.');
     out.push(b'0' + (millis / 100) as u8);
     out.push(b'0' + (millis / 10 % 10) as u8);

@@ -525,29 +525,22 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
             let (seconds, sub) = div_rem_euclid(int_value(&v)?, unit);
             let days = seconds.div_euclid(86_400);
             let secs = seconds.rem_euclid(86_400);
-            out.push(b'"');
-            write_date(days, out)?;
-            out.push(b'T');
-            write_clock(secs, out);
-            write_fraction(sub, full, digits, out);
-            out.push(b'"');
+            let date = date_text(days)?;
+            write_moment(Some(date), secs, fraction_text(sub, full, digits), out);
         }
         Conv::Time { unit, full, digits } => {
             let v = int_value(&v)?;
             if !(0..=86_400 * unit).contains(&v) {
                 return Err(Decline);
             }
-            out.push(b'"');
             let (secs, sub) = div_rem_euclid(v, unit);
-            write_clock(secs, out);
-            write_fraction(sub, full, digits, out);
-            out.push(b'"');
+            write_moment(None, secs, fraction_text(sub, full, digits), out);
         }
         Conv::Date => {
-            let v = int_value(&v)?;
-            out.push(b'"');
-            write_date(v, out)?;
-            out.push(b'"');
+            let date = date_text(int_value(&v)?)?;
+            let mut text = [b'"'; 12];
+            text[1..11].copy_from_slice(&date);
+            out.extend_from_slice(&text);
         }
         Conv::IsoUtc => {
             let text = text(&v)?;
@@ -800,7 +793,7 @@ pub fn write_decimal(bytes: &[u8], scale: u32, precision: u32, out: &mut Vec<u8>
 }
 
 /// `YYYY-MM-DD` of a day number since 1970-01-01, years 1..=9999 (Python's `date` range).
-pub fn write_date(days: i64, out: &mut Vec<u8>) -> Result<()> {
+pub fn date_text(days: i64) -> Result<[u8; 10]> {
     // Howard Hinnant's civil_from_days
     if !(-719_162..=2_932_896).contains(&days) {
         return Err(Decline);
@@ -820,12 +813,11 @@ pub fn write_date(days: i64, out: &mut Vec<u8>) -> Result<()> {
     if !(1..=9999).contains(&y) {
         return Err(Decline);
     }
-    push_digits(out, y as u64, 4);
-    out.push(b'-');
-    push_digits(out, m as u64, 2);
-    out.push(b'-');
-    push_digits(out, d as u64, 2);
-    Ok(())
+    let [y0, y1] = two_digits((y / 100) as u64);
+    let [y2, y3] = two_digits((y % 100) as u64);
+    let [m0, m1] = two_digits(m as u64);
+    let [d0, d1] = two_digits(d as u64);
+    Ok([y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1])
 }
 
 /// "00" to "99".
@@ -840,34 +832,36 @@ const PAIRS: [u8; 200] = {
     t
 };
 
-/// `v` in decimal, zero-padded to at least `width` digits.
-#[inline]
-fn push_digits(out: &mut Vec<u8>, v: u64, width: usize) {
-    if v < 100 && width == 2 {
-        let i = 2 * v as usize;
-        out.extend_from_slice(&PAIRS[i..i + 2]);
-    } else if v < 10_000 && width == 4 {
-        let (hi, lo) = (2 * (v / 100) as usize, 2 * (v % 100) as usize);
-        out.extend_from_slice(&[PAIRS[hi], PAIRS[hi + 1], PAIRS[lo], PAIRS[lo + 1]]);
-    } else {
-        let mut buf = itoa::Buffer::new();
-        let digits = buf.format(v).as_bytes();
-        out.extend(std::iter::repeat_n(
-            b'0',
-            width.saturating_sub(digits.len()),
-        ));
-        out.extend_from_slice(digits);
+/// The two decimal digits of `v < 100`.
+#[inline(always)]
+fn two_digits(v: u64) -> [u8; 2] {
+    let i = 2 * v as usize;
+    [PAIRS[i], PAIRS[i + 1]]
+}
+
+/// `v < 10^digits.len()` in decimal, zero-padded to fill `digits`. The texts of a value are
+/// put together on the stack and appended once (a `Vec` push per piece checked the capacity
+/// each time: a timestamp cost ~600 instructions).
+#[inline(always)]
+fn fill_digits(digits: &mut [u8], mut v: u64) {
+    let mut end = digits.len();
+    while end >= 2 {
+        digits[end - 2..end].copy_from_slice(&two_digits(v % 100));
+        v /= 100;
+        end -= 2;
+    }
+    if end == 1 {
+        digits[0] = b'0' + (v % 10) as u8;
     }
 }
 
-/// `HH:MM:SS` of seconds within a day.
-pub(crate) fn write_clock(secs: i64, out: &mut Vec<u8>) {
+/// `HH:MM:SS` of seconds within a day (24:00:00 for the day's end).
+pub(crate) fn clock_text(secs: i64) -> [u8; 8] {
     let minute = secs / 60;
-    push_digits(out, (minute / 60) as u64, 2);
-    out.push(b':');
-    push_digits(out, (minute % 60) as u64, 2);
-    out.push(b':');
-    push_digits(out, (secs % 60) as u64, 2);
+    let [h0, h1] = two_digits((minute / 60) as u64);
+    let [m0, m1] = two_digits((minute % 60) as u64);
+    let [s0, s1] = two_digits((secs % 60) as u64);
+    [h0, h1, b':', m0, m1, b':', s0, s1]
 }
 
 /// `v.div_euclid(divisor)` and `v.rem_euclid(divisor)`: the time units and fraction steps, the
@@ -896,26 +890,51 @@ fn div_rem_euclid(v: i64, divisor: i64) -> (i64, i64) {
     )
 }
 
-/// The reference's `_fraction_formatter(unit, digits)`.
-fn write_fraction(sub: i64, full: u32, digits: u32, out: &mut Vec<u8>) {
-    if digits >= full {
-        out.push(b'.');
-        push_digits(out, sub as u64, full as usize);
-        out.extend(std::iter::repeat_n(b'0', (digits - full) as usize));
-        return;
+/// The reference's `_fraction_formatter(unit, digits)`: the text (`.` and up to 9 digits) in
+/// the first `len` bytes. `sub < 10^full`, `full` and `digits` at most 9.
+fn fraction_text(sub: i64, full: u32, digits: u32) -> ([u8; 10], usize) {
+    let mut text = [b'0'; 10];
+    text[0] = b'.';
+    let (full, kept_digits) = (full as usize, digits as usize);
+    if digits >= full as u32 {
+        fill_digits(&mut text[1..=full], sub as u64);
+        return (text, 1 + kept_digits);
     }
-    let (kept, dropped) = div_rem_euclid(sub, 10i64.pow(full - digits));
+    let (kept, dropped) = div_rem_euclid(sub, 10i64.pow(full as u32 - digits));
     if dropped != 0 {
         // every digit, less the trailing zeros (a digit is not zero: `dropped` is not)
-        out.push(b'.');
-        push_digits(out, sub as u64, full as usize);
-        while out.last() == Some(&b'0') {
-            out.pop();
+        fill_digits(&mut text[1..=full], sub as u64);
+        let mut end = 1 + full;
+        while text[end - 1] == b'0' {
+            end -= 1;
         }
+        (text, end)
     } else if digits > 0 {
-        out.push(b'.');
-        push_digits(out, kept as u64, digits as usize);
+        fill_digits(&mut text[1..=kept_digits], kept as u64);
+        (text, 1 + kept_digits)
+    } else {
+        (text, 0)
     }
+}
+
+/// A quoted timestamp or time of day: the date (when given), the clock and the fraction put
+/// together on the stack and appended at once.
+fn write_moment(date: Option<[u8; 10]>, secs: i64, fraction: ([u8; 10], usize), out: &mut Vec<u8>) {
+    let mut text = [0u8; 32];
+    text[0] = b'"';
+    let mut at = 1;
+    if let Some(date) = date {
+        text[1..11].copy_from_slice(&date);
+        text[11] = b'T';
+        at = 12;
+    }
+    text[at..at + 8].copy_from_slice(&clock_text(secs));
+    at += 8;
+    let (fraction, len) = fraction;
+    text[at..at + 10].copy_from_slice(&fraction);
+    at += len;
+    text[at] = b'"';
+    out.extend_from_slice(&text[..at + 1]);
 }
 
 #[cfg(test)]
@@ -924,7 +943,7 @@ mod tests {
 
     #[test]
     fn padded_digits_are_formats_zero_padding() {
-        for width in 0..12 {
+        for width in 1..=20usize {
             for v in [
                 0u64,
                 7,
@@ -938,11 +957,14 @@ mod tests {
                 123_456_789,
                 u64::MAX,
             ] {
-                let mut out = Vec::new();
-                push_digits(&mut out, v, width);
+                if width < 20 && v >= 10u64.pow(width as u32) {
+                    continue; // more digits than the width: not a fill
+                }
+                let mut digits = [b'x'; 20];
+                fill_digits(&mut digits[..width], v);
                 assert_eq!(
-                    out,
-                    format!("{v:0width$}").into_bytes(),
+                    &digits[..width],
+                    format!("{v:0width$}").as_bytes(),
                     "{v} width {width}"
                 );
             }
@@ -950,13 +972,34 @@ mod tests {
     }
 
     #[test]
+    fn fractions_are_the_references() {
+        // `_fraction_formatter(unit, digits)`: all `full` digits when `digits` reaches them
+        // (zeros added), the kept digits when the dropped ones are zero, else every digit
+        // less the trailing zeros
+        let text = |sub, full, digits| {
+            let (text, len) = fraction_text(sub, full, digits);
+            String::from_utf8(text[..len].to_vec()).unwrap()
+        };
+        assert_eq!(text(123, 3, 3), ".123");
+        assert_eq!(text(5, 3, 6), ".005000");
+        // (expected texts printed by the Python reference, `_fraction_formatter(unit, digits)`)
+        assert_eq!(text(123_400, 6, 3), ".1234");
+        assert_eq!(text(123_000, 6, 3), ".123");
+        assert_eq!(text(123_450, 6, 3), ".12345");
+        assert_eq!(text(0, 6, 0), "");
+        assert_eq!(text(999_999_999, 9, 7), ".999999999");
+        assert_eq!(text(100, 9, 7), ".0000001");
+        assert_eq!(text(0, 9, 9), ".000000000");
+    }
+
+    #[test]
     fn dates_and_times() {
         let mut out = Vec::new();
-        write_date(0, &mut out).unwrap();
-        write_date(-719_162, &mut out).unwrap();
-        write_date(2_932_896, &mut out).unwrap();
+        out.extend_from_slice(&date_text(0).unwrap());
+        out.extend_from_slice(&date_text(-719_162).unwrap());
+        out.extend_from_slice(&date_text(2_932_896).unwrap());
         assert_eq!(out, b"1970-01-010001-01-019999-12-31");
-        assert!(write_date(2_932_897, &mut Vec::new()).is_err());
+        assert!(date_text(2_932_897).is_err());
         let col = column(
             "t",
             "int64",
