@@ -1200,15 +1200,18 @@ impl Core {
 
     /// Take the JSON lines written so far.
     pub fn take_output(&mut self) -> (Vec<u8>, usize) {
-        let n = self.out_records;
-        self.out_records = 0;
+        let capacity = self.out.capacity();
+        let out = std::mem::replace(&mut self.out, Vec::with_capacity(capacity));
+        (out, self.clear_output())
+    }
+
+    /// Forget the JSON lines written so far (`out` keeps its memory: a new buffer per drain
+    /// is touched page by page again); how many records they held.
+    pub fn clear_output(&mut self) -> usize {
+        self.out.clear();
         self.line_ends.clear();
         self.spans.clear();
-        let capacity = self.out.capacity();
-        (
-            std::mem::replace(&mut self.out, Vec::with_capacity(capacity)),
-            n,
-        )
+        std::mem::take(&mut self.out_records)
     }
 
     pub fn state_size(&self) -> [(&'static str, i64); 6] {

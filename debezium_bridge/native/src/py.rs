@@ -957,14 +957,14 @@ impl NativeCore {
 
     /// The canonical JSON lines written so far (one `bytes`) and how many records they hold.
     fn drain_lines<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
-        let (buf, n) = self.core.take_output();
-        (PyBytes::new(py, &buf), n)
+        let lines = PyBytes::new(py, &self.core.out);
+        (lines, self.core.clear_output())
     }
 
     /// The canonical records written so far as an Arrow batch (see `arrow.rs`), and how many.
     fn drain_arrow(&mut self) -> crate::arrow::ArrowBatch {
         let batch = crate::arrow::batch(&self.core);
-        self.core.take_output();
+        self.core.clear_output();
         crate::arrow::ArrowBatch::new(batch)
     }
 
