@@ -156,6 +156,8 @@ impl ImageMemory {
     const BATCH: usize = 1024;
     /// A batch is put in the order of `2^REGION_BITS` regions of the table.
     const REGION_BITS: u32 = 10;
+    /// Fewer identities than this are not worth the counting pass.
+    const FEW: usize = 64;
 
     fn new(capacity: usize) -> Self {
         ImageMemory {
@@ -182,9 +184,10 @@ impl ImageMemory {
     }
 
     /// The batch into `new`: in the order of its table's places while `new` cannot fill up
-    /// within it, else in arrival order, changing generation where `new` fills up.
+    /// within it, else (or when a lookup flushes a few) in arrival order, changing generation
+    /// where `new` fills up.
     fn insert_batch(&mut self) {
-        if self.new.len() + self.batch.len() < self.half {
+        if self.batch.len() >= Self::FEW && self.new.len() + self.batch.len() < self.half {
             self.new.reserve(self.batch.len());
             // the table's place of an identity is its low bits (`IdentityHash`). One stable
             // counting pass by the place's top `REGION_BITS` bits puts the batch in the order of
