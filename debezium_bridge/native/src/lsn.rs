@@ -52,9 +52,9 @@ pub fn parse_canonical(text: &[u8]) -> Option<[u8; 10]> {
     if text[8] != b':' || text[17] != b':' {
         return None;
     }
-    let word = |at: usize| -> [u8; 8] { text[at..at + 8].try_into().expect("eight bytes") };
-    let high = hex8(word(0))?;
-    let middle = hex8(word(9))?;
+    let (high, rest) = text.split_first_chunk::<8>()?;
+    let middle = rest[1..].first_chunk::<8>()?;
+    let (high, middle) = (hex8(*high)?, hex8(*middle)?);
     let low = hex8([
         b'0', b'0', b'0', b'0', text[18], text[19], text[20], text[21],
     ])?;

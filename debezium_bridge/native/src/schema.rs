@@ -898,23 +898,23 @@ fn div_rem_euclid(v: i64, divisor: i64) -> (i64, i64) {
 fn fraction_text(sub: i64, full: u32, digits: u32) -> ([u8; 10], usize) {
     let mut text = [b'0'; 10];
     text[0] = b'.';
-    let (full, kept_digits) = (full as usize, digits as usize);
-    if digits >= full as u32 {
-        fill_digits(&mut text[1..=full], sub as u64);
-        return (text, 1 + kept_digits);
+    let (full_len, kept_len) = (full as usize, digits as usize);
+    if digits >= full {
+        fill_digits(&mut text[1..=full_len], sub as u64);
+        return (text, 1 + kept_len);
     }
-    let (kept, dropped) = div_rem_euclid(sub, 10i64.pow(full as u32 - digits));
+    let (kept, dropped) = div_rem_euclid(sub, 10i64.pow(full - digits));
     if dropped != 0 {
         // every digit, less the trailing zeros (a digit is not zero: `dropped` is not)
-        fill_digits(&mut text[1..=full], sub as u64);
-        let mut end = 1 + full;
+        fill_digits(&mut text[1..=full_len], sub as u64);
+        let mut end = 1 + full_len;
         while text[end - 1] == b'0' {
             end -= 1;
         }
         (text, end)
     } else if digits > 0 {
-        fill_digits(&mut text[1..=kept_digits], kept as u64);
-        (text, 1 + kept_digits)
+        fill_digits(&mut text[1..=kept_len], kept as u64);
+        (text, 1 + kept_len)
     } else {
         (text, 0)
     }

@@ -677,7 +677,7 @@ impl StreamRelease {
     fn output(&mut self) -> PyResult<(ArrowBatch, StreamCounts, Vec<MismatchTuple>)> {
         caught(|| {
             let batch = output_rows(&self.window.core)?;
-            self.window.core.take_output();
+            self.window.core.clear_output();
             Ok((
                 batch,
                 self.counts(),
