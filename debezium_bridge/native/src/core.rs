@@ -1230,7 +1230,8 @@ impl Core {
         out.extend_from_slice(b"],\"event_id\":");
     }
 
-    /// Take the JSON lines written so far.
+    /// Take the JSON lines written so far (the tests' reader; the runners copy `out` and
+    /// [`Core::clear_output`]).
     pub fn take_output(&mut self) -> (Vec<u8>, usize) {
         let capacity = self.out.capacity();
         let out = std::mem::replace(&mut self.out, Vec::with_capacity(capacity));

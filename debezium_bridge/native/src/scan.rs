@@ -44,6 +44,7 @@ enum Atom<'a> {
     Num(&'a str, bool),
 }
 
+#[derive(Clone)]
 struct Cursor<'a> {
     text: &'a str,
     bytes: &'a [u8],

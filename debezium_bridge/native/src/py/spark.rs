@@ -612,15 +612,11 @@ impl StreamRelease {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyBytes>, StreamCounts, Vec<MismatchTuple>)> {
-        let (lines, counts, mismatches) = caught(|| {
-            let (lines, _) = self.window.core.take_output();
-            Ok((
-                lines,
-                self.counts(),
-                mismatch_tuples(&mut self.window.mismatches),
-            ))
-        })?;
-        Ok((PyBytes::new(py, &lines), counts, mismatches))
+        let (counts, mismatches) =
+            caught(|| Ok((self.counts(), mismatch_tuples(&mut self.window.mismatches))))?;
+        let lines = PyBytes::new(py, &self.window.core.out);
+        self.window.core.clear_output();
+        Ok((lines, counts, mismatches))
     }
 
     /// Progress rows: see [`MarkTuple`].

@@ -255,11 +255,18 @@ impl<'a> Cursor<'a> {
     /// that no fraction or exponent follows.
     #[inline(always)]
     fn plain_int_end(&self, max: usize) -> Option<usize> {
-        if !matches!(self.bytes.get(self.at), Some(b'1'..=b'9')) {
+        self.plain_digits_end(self.at, max)
+    }
+
+    /// The end of at most `max` digits from `from`, the first not zero, with no fraction or
+    /// exponent after them.
+    #[inline(always)]
+    fn plain_digits_end(&self, from: usize, max: usize) -> Option<usize> {
+        if !matches!(self.bytes.get(from), Some(b'1'..=b'9')) {
             return None;
         }
-        let end = self.digits(self.at + 1);
-        (end - self.at <= max && !matches!(self.bytes.get(end), Some(b'.' | b'e' | b'E')))
+        let end = self.digits(from + 1);
+        (end - from <= max && !matches!(self.bytes.get(end), Some(b'.' | b'e' | b'E')))
             .then_some(end)
     }
 
@@ -271,12 +278,7 @@ impl<'a> Cursor<'a> {
         if self.bytes.get(self.at) != Some(&b'-') {
             return self.plain_int_end(19);
         }
-        if !matches!(self.bytes.get(self.at + 1), Some(b'1'..=b'9')) {
-            return None;
-        }
-        let end = self.digits(self.at + 2);
-        (end - self.at <= 19 && !matches!(self.bytes.get(end), Some(b'.' | b'e' | b'E')))
-            .then_some(end)
+        self.plain_digits_end(self.at + 1, 18)
     }
 
     /// A string without escapes right at the cursor, consumed.
@@ -322,11 +324,8 @@ impl<'a> Cursor<'a> {
             self.at = end;
             return Ok(());
         }
-        if self.bytes.get(self.at) == Some(&b'"') {
-            if let Some(end) = self.plain_end(self.at + 1) {
-                self.at = end + 1;
-                return Ok(());
-            }
+        if self.plain_str().is_some() {
+            return Ok(());
         }
         self.skip()
     }
@@ -425,11 +424,7 @@ impl<'a> Cursor<'a> {
     /// its value in msgspec's layout (what Python writes, and Java in fixed notation).
     #[inline]
     fn float_as_written_end(&self) -> Option<usize> {
-        let mut probe = Cursor {
-            text: self.text,
-            bytes: self.bytes,
-            at: self.at,
-        };
+        let mut probe = self.clone();
         let Ok(Atom::Num(raw, false)) = probe.number() else {
             return None;
         };
