@@ -335,21 +335,46 @@ pub(crate) fn image_digest(e: &Event) -> u64 {
             Some(img) => {
                 h.write_u8(1);
                 // order-independent (the reference sorts the keys): a sum of member hashes
+                let members = e.members_of(img);
                 let mut sum = 0u64;
-                for m in e.members_of(img) {
-                    let mut mh = hasher(4);
-                    mh.write(&e.buf[m.name.0 as usize..m.name.1 as usize]);
-                    mh.write_u8(0xff);
-                    mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
-                    sum = sum.wrapping_add(mh.finish());
+                match &e.names {
+                    // the names' hashers, prepared once (the image lists exactly these names)
+                    Some(names) if names.hashers.len() == members.len() => {
+                        for (m, prepared) in members.iter().zip(&names.hashers[..]) {
+                            debug_assert_eq!(
+                                prepared.clone().finish(),
+                                member_hasher(&e.buf[m.name.0 as usize..m.name.1 as usize])
+                                    .finish()
+                            );
+                            let mut mh = prepared.clone();
+                            mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
+                            sum = sum.wrapping_add(mh.finish());
+                        }
+                    }
+                    _ => {
+                        for m in members {
+                            let mut mh =
+                                member_hasher(&e.buf[m.name.0 as usize..m.name.1 as usize]);
+                            mh.write(&e.buf[m.value.0 as usize..m.value.1 as usize]);
+                            sum = sum.wrapping_add(mh.finish());
+                        }
+                    }
                 }
                 h.write_u64(sum);
-                h.write_usize(img.members.1 as usize - img.members.0 as usize);
+                h.write_usize(members.len());
             }
         }
     }
     e.unavailable.hash(&mut h);
     h.finish()
+}
+
+/// The hasher of one image member in [`image_digest`] once its name is written.
+pub(crate) fn member_hasher(name: &[u8]) -> ahash::AHasher {
+    let mut mh = hasher(4);
+    mh.write(name);
+    mh.write_u8(0xff);
+    mh
 }
 
 pub struct Core {

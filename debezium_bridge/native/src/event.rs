@@ -78,6 +78,9 @@ pub struct ImageNames {
     /// The column order of the table version these names are in, all of them (schema-ful
     /// rows); `None`: schema-less.
     pub order: Option<Arc<[String]>>,
+    /// Per name, the image digest's member hasher with the name already written
+    /// ([`crate::core::member_hasher`]): the same state it reaches from the event's bytes.
+    pub hashers: Box<[ahash::AHasher]>,
 }
 
 impl ImageNames {
@@ -88,18 +91,23 @@ impl ImageNames {
     ) -> Self {
         let mut list = Vec::new();
         let mut spans = Vec::new();
+        let mut hashers = Vec::new();
         for name in quoted {
             if !list.is_empty() {
                 list.push(b',');
             }
             let from = list.len() as u32;
-            list.extend_from_slice(name.as_ref());
+            let name = name.as_ref();
+            list.extend_from_slice(name);
             spans.push((from, list.len() as u32));
+            // a member's name in an event's buffer is its JSON string without the quotes
+            hashers.push(crate::core::member_hasher(&name[1..name.len() - 1]));
         }
         ImageNames {
             list: list.into(),
             spans: spans.into(),
             order,
+            hashers: hashers.into(),
         }
     }
 

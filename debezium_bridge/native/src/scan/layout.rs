@@ -899,8 +899,31 @@ mod tests {
         Some(
             layout
                 .envelope(text, &fixed, rows, opts, &mut out, &mut members, &mut gone)
-                .map(|env| shown(&env, &out, &members, &gone)),
+                .map(|env| {
+                    names_listed(&env, &out, &members);
+                    shown(&env, &out, &members, &gone)
+                }),
         )
+    }
+
+    /// `Event::names`' promise: every image lists exactly those names, in their order, so
+    /// the image digest may take its member hashers from them.
+    fn names_listed(env: &crate::dom::Envelope<'_>, out: &[u8], members: &[crate::value::Member]) {
+        let Some(names) = &env.names else { return };
+        for image in [env.before, env.after].into_iter().flatten() {
+            let listed = &members[image.members.0 as usize..image.members.1 as usize];
+            assert_eq!(listed.len(), names.spans.len());
+            for ((m, &(from, to)), prepared) in
+                listed.iter().zip(&names.spans[..]).zip(&names.hashers[..])
+            {
+                let name = &out[m.name.0 as usize..m.name.1 as usize];
+                assert_eq!(name, &names.list[from as usize + 1..to as usize - 1]);
+                assert_eq!(
+                    std::hash::Hasher::finish(prepared),
+                    std::hash::Hasher::finish(&crate::core::member_hasher(name))
+                );
+            }
+        }
     }
 
     /// Read along a layout, `text` is what `scan::envelope` makes of it (or a miss).
