@@ -405,7 +405,7 @@ pub struct Core {
     watermark: Option<LsnKey>,
     /// The waiting events by position group, in release order (`_groups` and `_heap`: the
     /// ordered map does both for the handful of groups that wait).
-    groups: BTreeMap<GroupKey, Vec<Event>>,
+    groups: BTreeMap<GroupKey, Vec<Box<Event>>>,
     released_upto: Option<GroupKey>,
     tx_expected: hashbrown::HashMap<LsnKey, i64>,
     commits: hashbrown::HashMap<LsnKey, [i64; 2]>,
@@ -427,7 +427,7 @@ pub struct Core {
     /// The text of a line from `tx` to its lineage's partition, for (snapshot, source, topic).
     tail_text: (Option<(u32, u32, u32)>, Vec<u8>),
     /// Emptied group lists, kept for the next groups (most groups hold one event).
-    spare_groups: Vec<Vec<Event>>,
+    spare_groups: Vec<Vec<Box<Event>>>,
 }
 
 const OPS: [(u8, &[u8]); 5] = [
@@ -692,7 +692,7 @@ impl Core {
     }
 
     /// `Translator._accept`. Returns the message of a replay-mismatch dead letter.
-    pub fn accept(&mut self, e: Event) -> Option<String> {
+    pub fn accept(&mut self, e: Box<Event>) -> Option<String> {
         let tp = e.origin.tp;
         let sk = sort_key(&e);
         let snapshot = e.is_snapshot_identity(self.incremental);
@@ -837,7 +837,7 @@ impl Core {
         }
     }
 
-    fn release_group(&mut self, key: GroupKey, events: Vec<Event>) {
+    fn release_group(&mut self, key: GroupKey, events: Vec<Box<Event>>) {
         let n = events.len() as i64;
         self.counters.pending -= n;
         if !self.pending_ids.is_empty() {
@@ -877,7 +877,7 @@ impl Core {
     }
 
     // -- pairing and output ------------------------------------------------------------------
-    pub fn emit(&mut self, mut events: Vec<Event>) {
+    pub fn emit(&mut self, mut events: Vec<Box<Event>>) {
         if events.len() == 1 {
             self.counters.changes_out += 1;
             let e = events.pop().unwrap_or_else(unreachable_event);
@@ -891,7 +891,7 @@ impl Core {
         }
     }
 
-    pub fn emit_each(&mut self, events: Vec<Event>) {
+    pub fn emit_each(&mut self, events: Vec<Box<Event>>) {
         self.counters.changes_out += events.len() as i64;
         for e in events {
             self.write_single(&e);
@@ -899,7 +899,7 @@ impl Core {
         }
     }
 
-    fn emit_group(&mut self, events: Vec<Event>) {
+    fn emit_group(&mut self, events: Vec<Box<Event>>) {
         // (serial, rank, key) and what to write: a single event or a merged pair
         enum Out {
             Single(usize),
@@ -1289,9 +1289,9 @@ impl Core {
 }
 
 #[cold]
-fn unreachable_event() -> Event {
+fn unreachable_event() -> Box<Event> {
     // `emit` is only called with one event here; never reached
-    Event {
+    Box::new(Event {
         origin: crate::event::Origin {
             topic: 0,
             partition: 0,
@@ -1320,7 +1320,7 @@ fn unreachable_event() -> Event {
         seq: None,
         changed: None,
         names: None,
-    }
+    })
 }
 
 fn write_lsn(out: &mut Vec<u8>, lsn: &crate::lsn::Lsn) {
@@ -1691,7 +1691,7 @@ mod tests {
         Some([0, 0, 0, 0, 0, 0, 0, 0, 0, n])
     }
 
-    fn event(core: &mut Core, partition: i32, offset: i64, commit: u8, op: u8) -> Event {
+    fn event(core: &mut Core, partition: i32, offset: i64, commit: u8, op: u8) -> Box<Event> {
         let topic = core.topic("srv.db.dbo.t");
         let tp = core.tp(topic, partition);
         let mut e = unreachable_event();
@@ -1882,7 +1882,7 @@ mod tests {
         columns: &[&str],
         values: (&[&str], &[&str]),
         order: Option<Arc<[String]>>,
-    ) -> Event {
+    ) -> Box<Event> {
         let mut e = event(core, 0, 0, 1, op);
         let image = |e: &mut Event, values: &[&str]| {
             let start = e.buf.len();
@@ -1920,7 +1920,7 @@ mod tests {
         e
     }
 
-    fn line_of(core: &mut Core, e: Event) -> String {
+    fn line_of(core: &mut Core, e: Box<Event>) -> String {
         core.write_single(&e);
         String::from_utf8(core.take_output().0).unwrap_or_default()
     }

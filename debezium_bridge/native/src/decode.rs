@@ -416,7 +416,7 @@ impl Decoder {
         input: &Input<'_>,
         interner: &mut Interner,
         spare: &mut SpareBuffers,
-    ) -> Result<Event> {
+    ) -> Result<Box<Event>> {
         let id = crate::avro::schema_id(input.value).ok_or(Decline)?;
         let compiled = self
             .avro_values
@@ -439,7 +439,17 @@ impl Decoder {
         )?;
         self.avro_text_len = buf.len() + buf.len() / 8 + 64;
         let rows = Rows::Table(compiled.table.clone());
-        self.finish(input, env, rows, buf, members, unavailable, interner, true)
+        self.finish(
+            input,
+            env,
+            rows,
+            buf,
+            members,
+            unavailable,
+            interner,
+            spare,
+            true,
+        )
     }
 
     fn compile(&mut self, schema_raw: &str, key: bool) -> Option<Rows> {
@@ -638,7 +648,7 @@ impl Decoder {
         input: &Input<'_>,
         interner: &mut Interner,
         spare: &mut SpareBuffers,
-    ) -> Result<Event> {
+    ) -> Result<Box<Event>> {
         let value = input.value;
         match value.first() {
             Some(b'{') => {}
@@ -680,6 +690,7 @@ impl Decoder {
                         members,
                         unavailable,
                         interner,
+                        spare,
                         false,
                     );
                 }
@@ -700,7 +711,17 @@ impl Decoder {
         ) {
             Ok(env) => {
                 layouts.learn(payload, &self.opts);
-                return self.finish(input, env, rows, buf, members, unavailable, interner, false);
+                return self.finish(
+                    input,
+                    env,
+                    rows,
+                    buf,
+                    members,
+                    unavailable,
+                    interner,
+                    spare,
+                    false,
+                );
             }
             Err(Decline) => {
                 buf.clear();
@@ -717,7 +738,17 @@ impl Decoder {
             &mut members,
             &mut unavailable,
         )?;
-        self.finish(input, env, rows, buf, members, unavailable, interner, false)
+        self.finish(
+            input,
+            env,
+            rows,
+            buf,
+            members,
+            unavailable,
+            interner,
+            spare,
+            false,
+        )
     }
 
     /// The event of a decoded envelope (the checks of `envelope.build_event`); `avro`: the key
@@ -732,8 +763,9 @@ impl Decoder {
         members: Vec<crate::value::Member>,
         unavailable: Vec<Box<str>>,
         interner: &mut Interner,
+        spare: &mut SpareBuffers,
         avro: bool,
-    ) -> Result<Event> {
+    ) -> Result<Box<Event>> {
         let op = match env.op {
             Some("c") => b'c',
             Some("u") => b'u',
@@ -834,7 +866,7 @@ impl Decoder {
             Rows::Table(t) => Some(t.order.clone()),
             Rows::Schemaless => None,
         };
-        Ok(Event {
+        Ok(spare.boxed(Event {
             origin: Origin {
                 topic: input.topic_id,
                 partition: input.partition,
@@ -863,6 +895,6 @@ impl Decoder {
             seq: None,
             changed: None,
             names: env.names,
-        })
+        }))
     }
 }

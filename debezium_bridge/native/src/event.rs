@@ -175,18 +175,22 @@ impl Event {
     }
 }
 
-/// Text and member buffers of written events, kept for the next events' decode: an event's
-/// two heap buffers cost ~700 instructions to allocate and free on the wide table (glibc's
-/// slow path above 1 KiB; callgrind 2026-11-25).
+/// Text and member buffers of written events, and the boxes they were in, kept for the next
+/// events' decode: an event's two heap buffers cost ~700 instructions to allocate and free on
+/// the wide table (glibc's slow path above 1 KiB; callgrind 2026-11-25), and events are
+/// released in runs longer than glibc's per-size cache of freed blocks.
 #[derive(Debug, Default)]
 pub struct SpareBuffers {
     texts: Vec<Vec<u8>>,
     members: Vec<Vec<Member>>,
+    boxes: Vec<Box<Event>>,
 }
 
 impl SpareBuffers {
-    /// At most this many of each are kept.
+    /// At most this many of each buffer are kept.
     const KEPT: usize = 64;
+    /// At most this many boxes are kept (~330 bytes each).
+    const KEPT_BOXES: usize = 1024;
     /// A buffer of more bytes than this is freed, not kept.
     const LARGEST: usize = 64 * 1024;
 
@@ -206,9 +210,22 @@ impl SpareBuffers {
         buffer
     }
 
-    /// `e`'s buffers, for the next events.
-    pub fn keep(&mut self, e: Event) {
-        let (mut text, mut members) = (e.buf, e.members);
+    /// `e` in a box, a kept one when there is one.
+    #[inline]
+    pub fn boxed(&mut self, e: Event) -> Box<Event> {
+        match self.boxes.pop() {
+            Some(mut kept) => {
+                *kept = e;
+                kept
+            }
+            None => Box::new(e),
+        }
+    }
+
+    /// `e`'s buffers and box, for the next events.
+    pub fn keep(&mut self, mut e: Box<Event>) {
+        let mut text = std::mem::take(&mut e.buf);
+        let mut members = std::mem::take(&mut e.members);
         if self.texts.len() < Self::KEPT && text.capacity() <= Self::LARGEST {
             text.clear();
             self.texts.push(text);
@@ -217,6 +234,9 @@ impl SpareBuffers {
         if self.members.len() < Self::KEPT && member_bytes <= Self::LARGEST {
             members.clear();
             self.members.push(members);
+        }
+        if self.boxes.len() < Self::KEPT_BOXES {
+            self.boxes.push(e);
         }
     }
 }

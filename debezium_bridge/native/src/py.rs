@@ -273,7 +273,7 @@ impl NativeCore {
     }
 
     /// Decode one record, resolving Avro writer schemas on first sight; no panic escapes.
-    fn decode_input(&mut self, py: Python<'_>, input: &Input<'_>) -> Option<Event> {
+    fn decode_input(&mut self, py: Python<'_>, input: &Input<'_>) -> Option<Box<Event>> {
         if input.value.first() == Some(&0) {
             self.ensure_avro(py, input.value, false);
         }
@@ -442,7 +442,7 @@ impl NativeCore {
     }
 
     /// A `ChangeEvent` the Python decoder made, flattened by `debezium_bridge.core.native`.
-    fn event_from_tuple(&mut self, t: &Bound<'_, PyTuple>) -> PyResult<Event> {
+    fn event_from_tuple(&mut self, t: &Bound<'_, PyTuple>) -> PyResult<Box<Event>> {
         let topic: String = t.get_item(0)?.extract()?;
         let partition: i32 = t.get_item(1)?.extract()?;
         let offset = opt_int(&t.get_item(2)?)?;
@@ -532,7 +532,7 @@ impl NativeCore {
             source.2.as_deref(),
         );
         let snapshot = interner.snapshot(&snapshot);
-        Ok(Event {
+        Ok(Box::new(Event {
             origin: Origin {
                 topic: topic_id,
                 partition,
@@ -575,7 +575,7 @@ impl NativeCore {
             },
             changed: changed.map(|c| c.into()),
             names: None,
-        })
+        }))
     }
 }
 

@@ -108,14 +108,14 @@ struct Group {
     commit_ms: i64,
     /// identity and the image digest of its first copy (`None`: converted state without one)
     seen: Vec<(u128, Option<u64>)>,
-    waiting: Vec<Event>,
+    waiting: Vec<Box<Event>>,
     /// the staged bytes of each waiting event (what the state keeps)
     raw: Vec<Vec<u8>>,
     topic: Arc<str>,
 }
 
 struct Item {
-    event: Event,
+    event: Box<Event>,
     commit_ms: i64,
     timestamp: Option<i64>,
     raw: Vec<u8>,
@@ -166,7 +166,7 @@ impl StreamWindow {
         }
     }
 
-    fn read(&mut self, data: &[u8]) -> Result<(Event, Option<i64>), BadWire> {
+    fn read(&mut self, data: &[u8]) -> Result<(Box<Event>, Option<i64>), BadWire> {
         let mut read = self.reader.read(data, &mut self.core.interner)?;
         let name = self.reader.topics[read.topic as usize].clone();
         read.event.origin.topic = self.core.topic(&name);
@@ -228,13 +228,13 @@ impl StreamWindow {
     pub fn add(&mut self, watermark_ms: i64) {
         let items = std::mem::take(&mut self.items);
         let topics = &self.core.topics;
-        let order = arrival_order(items.iter().map(|it| &it.event), |t| {
+        let order = arrival_order(items.iter().map(|it| &*it.event), |t| {
             topics[t as usize].clone()
         });
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let pair = self.core.config.pair_key_changes;
         let check_marks = !self.marks.is_empty();
-        let mut ready: Vec<Event> = Vec::new();
+        let mut ready: Vec<Box<Event>> = Vec::new();
         for (sk, topic, _, _, index) in order {
             let Some(item) = slots[index].take() else {
                 continue;
@@ -404,7 +404,7 @@ impl StreamWindow {
                 Rule::Watermark => &mut self.counts.released_by_watermark,
             } += n;
             let mut waiting = group.waiting;
-            waiting.sort_by_key(sort_key);
+            waiting.sort_by_key(|e| sort_key(e));
             self.core.emit(waiting);
         }
         self.forget(watermark_ms, &watermarks, &complete);

@@ -21,7 +21,7 @@ use std::hash::Hasher;
 
 /// One event as the release step reads it.
 pub struct Item {
-    pub event: Event,
+    pub event: Box<Event>,
     pub commit_ms: i64,
     pub timestamp: Option<i64>,
 }
@@ -278,14 +278,16 @@ impl BatchWindow {
                 topic_rank[t as usize] = rank as u32;
             }
         }
-        let order = arrival_order(items.iter().map(|it| &it.event), |t| topic_rank[t as usize]);
+        let order = arrival_order(items.iter().map(|it| &*it.event), |t| {
+            topic_rank[t as usize]
+        });
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let pair = self.core.config.pair_key_changes;
         // identity (group, serial, op, key) -> image digest of its first copy
         let mut seen: hashbrown::HashMap<u128, u64> =
             hashbrown::HashMap::with_capacity(order.len());
-        let mut groups: hashbrown::HashMap<GroupKey, Vec<Event>> = hashbrown::HashMap::new();
-        let mut ready: Vec<Event> = Vec::with_capacity(order.len());
+        let mut groups: hashbrown::HashMap<GroupKey, Vec<Box<Event>>> = hashbrown::HashMap::new();
+        let mut ready: Vec<Box<Event>> = Vec::with_capacity(order.len());
         let total: usize = slots
             .iter()
             .flatten()
@@ -325,7 +327,7 @@ impl BatchWindow {
             }
         }
         self.core.emit_each(ready);
-        let mut left: Vec<(GroupKey, Vec<Event>)> = groups
+        let mut left: Vec<(GroupKey, Vec<Box<Event>>)> = groups
             .into_iter()
             .filter(|(_, waiting)| !waiting.is_empty())
             .collect();
@@ -334,7 +336,7 @@ impl BatchWindow {
             let n = waiting.len() as i64;
             self.counts.pending -= n;
             self.counts.released_by_watermark += n;
-            waiting.sort_by_key(sort_key);
+            waiting.sort_by_key(|e| sort_key(e));
             self.core.emit(waiting);
         }
         self.counts.changes_out = self.core.counters.changes_out;
@@ -349,7 +351,7 @@ impl BatchWindow {
 
 /// `WindowState._pair_complete`: exactly one delete and one create whose partner keys (when
 /// given) name each other.
-pub(crate) fn complete_pair(waiting: &mut Vec<Event>) -> Option<(Event, Event)> {
+pub(crate) fn complete_pair(waiting: &mut Vec<Box<Event>>) -> Option<(Box<Event>, Box<Event>)> {
     if waiting.len() != 2 || waiting[0].op == waiting[1].op {
         return None;
     }

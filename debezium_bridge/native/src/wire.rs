@@ -169,7 +169,7 @@ pub fn write(
 
 /// What [`Reader::read`] gives besides the event.
 pub struct Read {
-    pub event: Event,
+    pub event: Box<Event>,
     /// The Kafka topic's id in the reader's [`Reader::topics`].
     pub topic: u32,
     pub timestamp: Option<i64>,
@@ -468,7 +468,7 @@ impl Reader {
             return Err(BadWire);
         }
         Ok(Read {
-            event: Event {
+            event: Box::new(Event {
                 origin: Origin {
                     topic,
                     partition,
@@ -497,7 +497,7 @@ impl Reader {
                 seq,
                 changed,
                 names: None,
-            },
+            }),
             topic,
             timestamp,
         })
