@@ -201,20 +201,10 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// The end of the run of digits from `i`, eight bytes at a time.
+    /// The end of the run of digits from `i`.
     #[inline]
-    fn digits(&self, mut i: usize) -> usize {
-        while i + 8 <= self.bytes.len() {
-            let mask = non_digits(word(self.bytes, i));
-            if mask != 0 {
-                return i + (mask.trailing_zeros() / 8) as usize;
-            }
-            i += 8;
-        }
-        while matches!(self.bytes.get(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
-        i
+    fn digits(&self, i: usize) -> usize {
+        digits_end(self.bytes, i)
     }
 
     /// A number at the cursor, checked against the JSON grammar.
@@ -510,6 +500,74 @@ impl<'a> Cursor<'a> {
             data_collection_order: dco,
         }))
     }
+}
+
+/// The end of the run of ASCII digits in `bytes` from `i`, eight bytes at a time.
+#[inline]
+fn digits_end(bytes: &[u8], mut i: usize) -> usize {
+    while i + 8 <= bytes.len() {
+        let mask = non_digits(word(bytes, i));
+        if mask != 0 {
+            return i + (mask.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while matches!(bytes.get(i), Some(b'0'..=b'9')) {
+        i += 1;
+    }
+    i
+}
+
+/// The length of the float text at the start of `b` when, without parsing it, it is known to be
+/// what [`crate::jsonw::write_f64`] writes for its value: `-?(0|[1-9][0-9]*)\.[0-9]+` not followed by an
+/// exponent, with at most 15 significant digits, no zero ending the fraction (but `.0`), and a
+/// decimal exponent in -4..=14 (where ryu writes fixed notation); not a zero, which the readers
+/// decline. Distinct decimals of at most
+/// 15 significant digits read as distinct doubles (`f64::DIGITS`), so no other text of as few
+/// digits lies in the value's rounding interval: the text's digits are the shortest ryu finds.
+#[inline(never)]
+pub(crate) fn short_float_len(b: &[u8]) -> Option<usize> {
+    // the number of digits from `from`, `None` past `most` of them
+    let digits = |from: usize, most: usize| {
+        let count = digits_end(b, from) - from;
+        (count <= most).then_some(count)
+    };
+    let int_start = usize::from(b.first() == Some(&b'-'));
+    let int_len = digits(int_start, 15)?;
+    if int_len == 0 || (int_len > 1 && b[int_start] == b'0') {
+        return None;
+    }
+    let point = int_start + int_len;
+    if b.get(point) != Some(&b'.') {
+        return None;
+    }
+    // (at most 15 significant digits, after at most three zeros when the integer part is 0)
+    let most = if b[int_start] == b'0' {
+        18
+    } else {
+        (15 - int_len).max(1)
+    };
+    let fraction = &b[point + 1..point + 1 + digits(point + 1, most)?];
+    let end = point + 1 + fraction.len();
+    if fraction.is_empty()
+        || (fraction.len() > 1 && fraction.last() == Some(&b'0'))
+        || matches!(b.get(end), Some(b'e' | b'E' | b'.' | b'+' | b'-'))
+    {
+        return None;
+    }
+    let significant = match (b[int_start] == b'0', fraction == b"0") {
+        (true, true) => return None, // a zero: the readers decline it (`dom::float_ok`)
+        (false, true) => 0,          // an integral value: at most 15 digits before the point
+        (false, false) => int_len + fraction.len(),
+        (true, false) => {
+            let zeros = fraction.iter().take_while(|&&c| c == b'0').count();
+            if zeros > 3 {
+                return None;
+            }
+            fraction.len() - zeros
+        }
+    };
+    (significant <= 15).then_some(end)
 }
 
 /// The high bit of each byte of a word that is not an ASCII digit; the lowest set bit marks
@@ -1015,6 +1073,13 @@ pub(crate) mod tests {
                 Just("1e400"),
                 Just("00"),
                 Just("1.5"),
+                Just("-12345.625"),
+                Just("100.0"),
+                Just("1.50"),
+                Just("0.0001"),
+                Just("0.00001"),
+                Just("123456789012345.0"),
+                Just("0.30000000000000004"),
                 Just("\"__debezium_unavailable_value\""),
                 Just("\"\\ud83d\\ude00\""),
                 Just("\"\\u00e9\\/\\b\\f\\n\\r\\t\""),
@@ -1091,8 +1156,77 @@ pub(crate) mod tests {
         object(block)
     }
 
+    /// What `short_float_len` promises, checked by parsing and by ryu.
+    fn written_as_read(text: &str) -> bool {
+        let Ok(v) = text.parse::<f64>() else {
+            return false;
+        };
+        let mut out = Vec::new();
+        crate::jsonw::write_f64(&mut out, v) && out == text.as_bytes()
+    }
+
+    #[test]
+    fn short_floats() {
+        for text in [
+            "1.0",
+            "-1.5",
+            "0.5",
+            "0.0001",
+            "0.1234",
+            "100.0",
+            "12345.625",
+            "123456789012345.0",
+            "99999999999999.9",
+            "0.000999999999999999",
+        ] {
+            assert_eq!(
+                super::short_float_len(text.as_bytes()),
+                Some(text.len()),
+                "{text}"
+            );
+            assert!(written_as_read(text), "{text}");
+        }
+        // texts the check leaves to ryu: some are written so, some are not
+        for text in [
+            "1.50",
+            "01.5",
+            "1.",
+            ".5",
+            "1e5",
+            "1.5e3",
+            "0.00001",
+            "1234567890123456.0",
+            "0.1234567890123456",
+            "1.2345678901234567",
+            "-",
+            "1",
+            "0.00",
+            "0.0",
+            "-0.0",
+        ] {
+            assert_eq!(super::short_float_len(text.as_bytes()), None, "{text}");
+        }
+        assert_eq!(super::short_float_len(b"2.25,\"a\""), Some(4));
+        assert_eq!(super::short_float_len(b"2.25}"), Some(4));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// Texts of the pattern's shape, and ryu's texts of arbitrary doubles: every text the
+        /// check accepts is what ryu writes for its value.
+        #[test]
+        fn short_float_texts_are_ryus(text in "-?(0|[1-9][0-9]{0,16})\\.[0-9]{1,18}", bits in any::<u64>()) {
+            let mut buf = ryu::Buffer::new();
+            let v = f64::from_bits(bits);
+            let ryus = if v.is_finite() { buf.format_finite(v) } else { "0.0" };
+            for t in [text.as_str(), ryus] {
+                if let Some(len) = super::short_float_len(t.as_bytes()) {
+                    prop_assert_eq!(len, t.len());
+                    prop_assert!(written_as_read(t), "{}", t);
+                }
+            }
+        }
 
         #[test]
         fn word_masks_find_the_first_byte(bytes in proptest::array::uniform8(prop_oneof![any::<u8>(), b'0'..=b'9', Just(b'"'), Just(b'\\')])) {

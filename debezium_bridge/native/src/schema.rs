@@ -599,7 +599,34 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
 /// A float32 column value as the reference writes it: the float whose shortest text of 6 to 9
 /// significant digits reads back as the same float32 (`_float32`), as msgspec writes floats.
 pub fn write_float32(out: &mut Vec<u8>, v: f64) {
-    match float32_digits(v) {
+    let shortest = (v.is_finite() && v != 0.0).then(|| {
+        let mut buf = ryu::Buffer::new();
+        jsonw::Digits::of_text(buf.format_finite(v.abs()).as_bytes())
+    });
+    write_float32_digits(out, v, shortest);
+}
+
+/// [`write_float32`] of the float a JSON text reads as, when the text is its value's shortest
+/// text ([`crate::scan::short_float_len`]): its digits are ryu's, and its value is one
+/// multiplication or division of them (at most 15 digits, exponent within ±18).
+pub fn write_float32_short(out: &mut Vec<u8>, text: &[u8]) {
+    let negative = text.first() == Some(&b'-');
+    let shortest = jsonw::Digits::of_text(&text[usize::from(negative)..]);
+    let q = shortest
+        .ascii()
+        .iter()
+        .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
+    let magnitude = decimal_value(q, shortest.point() - shortest.ascii().len() as i32);
+    let v = if negative { -magnitude } else { magnitude };
+    debug_assert_eq!(
+        Ok(v),
+        std::str::from_utf8(text).unwrap_or("").parse::<f64>()
+    );
+    write_float32_digits(out, v, Some(shortest));
+}
+
+fn write_float32_digits(out: &mut Vec<u8>, v: f64, shortest: Option<jsonw::Digits>) {
+    match shortest.and_then(|s| float32_digits(v, s)) {
         Some(digits) => digits.write(out, v < 0.0),
         None => {
             jsonw::write_f64(out, search_f32(v));
@@ -641,14 +668,10 @@ fn decimal_value(q: u64, exp: i32) -> f64 {
 /// the rounding is `s` itself, which reads back as `v`. A rounding that reads back is written
 /// with its own digits: a double nearest a decimal of at most 9 digits has that decimal as its
 /// only shortest text (two such decimals are further apart than a double's spacing).
-/// `None`: left to [`search_f32`].
-fn float32_digits(v: f64) -> Option<jsonw::Digits> {
-    if !v.is_finite() || v == 0.0 {
-        return None;
-    }
+/// `shortest`: the digits of `|v|`'s shortest text (finite, not zero). `None`: left to
+/// [`search_f32`].
+fn float32_digits(v: f64, shortest: jsonw::Digits) -> Option<jsonw::Digits> {
     let target = (v as f32).to_bits();
-    let mut buf = ryu::Buffer::new();
-    let shortest = jsonw::Digits::of_text(buf.format_finite(v.abs()).as_bytes());
     let digits = shortest.ascii();
     let n = digits.len();
     for p in 6..=9usize {
@@ -1136,6 +1159,29 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 20000, ..Default::default() })]
+
+        /// Short decimal texts (eighths and hundredths as float32 columns hold, and any
+        /// digits): a float32 column's text from the text is the one from its parsed value.
+        #[test]
+        fn float32_of_a_short_text_is_of_its_value(
+            text in proptest::prop_oneof![
+                proptest::strategy::Strategy::prop_map(-(1i64 << 23)..(1 << 23), |n| (n as f64 / 8.0).to_string()),
+                proptest::strategy::Strategy::prop_map(-2_000_000i64..2_000_000, |n| (n as f64 / 100.0).to_string()),
+                "-?(0|[1-9][0-9]{0,14})\\.[0-9]{1,17}",
+            ]
+        ) {
+            if crate::scan::short_float_len(text.as_bytes()) == Some(text.len()) {
+                let v: f64 = text.parse().unwrap();
+                let (mut short, mut parsed) = (Vec::new(), Vec::new());
+                write_float32_short(&mut short, text.as_bytes());
+                write_float32(&mut parsed, v);
+                proptest::prop_assert_eq!(String::from_utf8(short).unwrap(), String::from_utf8(parsed).unwrap(), "{}", text);
+            }
+        }
+    }
+
+    proptest::proptest! {
         #[test]
         fn decimal_values_are_the_parsed_texts(q in 0u64..=u64::MAX, bits in 0u32..64, exp in -340i32..340) {
             // short and long digit strings (the fast path and the parse), every exponent
@@ -1241,10 +1287,12 @@ mod tests {
             .map(f64::from),
         );
         for v in values {
-            if !v.is_finite() || !((v as f32).is_finite()) {
+            if !v.is_finite() || !((v as f32).is_finite()) || v == 0.0 {
                 continue;
             }
-            if let Some(digits) = float32_digits(v) {
+            let mut buf = ryu::Buffer::new();
+            let shortest = jsonw::Digits::of_text(buf.format_finite(v.abs()).as_bytes());
+            if let Some(digits) = float32_digits(v, shortest) {
                 let (mut written, mut expected) = (Vec::new(), Vec::new());
                 digits.write(&mut written, v < 0.0);
                 jsonw::write_f64(&mut expected, search_f32(v));

@@ -422,8 +422,11 @@ impl<'a> Cursor<'a> {
 
     /// The end of a float at the cursor whose canonical text is its text: the shortest text of
     /// its value in msgspec's layout (what Python writes, and Java in fixed notation).
-    #[inline]
+    #[inline(never)]
     fn float_as_written_end(&self) -> Option<usize> {
+        if let Some(len) = super::short_float_len(&self.bytes[self.at..]) {
+            return Some(self.at + len);
+        }
         let mut probe = self.clone();
         let Ok(Atom::Num(raw, false)) = probe.number() else {
             return None;
@@ -433,6 +436,31 @@ impl<'a> Cursor<'a> {
         };
         let mut shortest = ryu::Buffer::new();
         (shortest.format_finite(v).as_bytes() == raw.as_bytes()).then_some(probe.at)
+    }
+
+    /// A float column's value at the cursor when its text is its shortest text
+    /// ([`super::short_float_len`]): a float64's written as read, a float32's from its digits
+    /// ([`crate::schema::write_float32_short`]); `false`: another text or column (nothing
+    /// consumed).
+    #[inline(never)]
+    fn short_float(&mut self, col: &crate::schema::Column, out: &mut Vec<u8>) -> bool {
+        let float32 = match (col.check, col.conv) {
+            (Check::Float64, Conv::None) => false,
+            (Check::Float32, Conv::Float32) => true,
+            _ => return false,
+        };
+        let Some(len) = super::short_float_len(&self.bytes[self.at..]) else {
+            return false;
+        };
+        let text = &self.bytes[self.at..self.at + len];
+        if float32 {
+            // (at most 15 digits before the point: far within the float32 range)
+            crate::schema::write_float32_short(out, text);
+        } else {
+            out.extend_from_slice(text);
+        }
+        self.at += len;
+        true
     }
 
     /// [`Cursor::plain_value_end`]'s value, written to `out`.
@@ -492,6 +520,9 @@ impl<'a> Cursor<'a> {
         let s = match self.quick_scalar() {
             Some(s) => s,
             None => {
+                if self.short_float(col, out) {
+                    return Ok(());
+                }
                 let atom = self.atom()?;
                 self.scalar_of(atom)?
             }
