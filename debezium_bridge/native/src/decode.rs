@@ -200,6 +200,31 @@ impl Interner {
     }
 }
 
+/// What an envelope reader writes for one event: its canonical text, the members of its images
+/// and its unavailable columns, in buffers taken from the spare ones.
+struct Written {
+    buf: Vec<u8>,
+    members: Vec<crate::value::Member>,
+    unavailable: Vec<Box<str>>,
+}
+
+impl Written {
+    fn new(spare: &mut SpareBuffers, text: usize, members: usize) -> Self {
+        Written {
+            buf: spare.text(text),
+            members: spare.members(members),
+            unavailable: Vec::new(),
+        }
+    }
+
+    /// Empty again, for the next reader to try.
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.members.clear();
+        self.unavailable.clear();
+    }
+}
+
 /// Decoding state: compiled schemas per prefix, settings.
 pub struct Decoder {
     pub opts: Options,
@@ -427,29 +452,17 @@ impl Decoder {
         // canonical text is longer than Avro binary by a factor that depends on the table:
         // the last event's length, so that the buffer is not grown while the images are written
         let capacity = (input.value.len() * 2 + 64).max(self.avro_text_len);
-        let mut buf = spare.text(capacity);
-        let mut members = spare.members(2 * compiled.table.columns.len());
-        let mut unavailable: Vec<Box<str>> = Vec::new();
+        let mut written = Written::new(spare, capacity, 2 * compiled.table.columns.len());
         let env = compiled.read(
             input.value,
             &self.opts,
-            &mut buf,
-            &mut members,
-            &mut unavailable,
+            &mut written.buf,
+            &mut written.members,
+            &mut written.unavailable,
         )?;
-        self.avro_text_len = buf.len() + buf.len() / 8 + 64;
+        self.avro_text_len = written.buf.len() + written.buf.len() / 8 + 64;
         let rows = Rows::Table(compiled.table.clone());
-        self.finish(
-            input,
-            env,
-            rows,
-            buf,
-            members,
-            unavailable,
-            interner,
-            spare,
-            true,
-        )
+        self.finish(input, env, rows, written, interner, spare, true)
     }
 
     fn compile(&mut self, schema_raw: &str, key: bool) -> Option<Rows> {
@@ -664,9 +677,7 @@ impl Decoder {
                 simdutf8::basic::from_utf8(value).map_err(|_| Decline)?,
             )
         };
-        let mut buf = spare.text(payload.len() + 64);
-        let mut members = spare.members(16);
-        let mut unavailable: Vec<Box<str>> = Vec::new();
+        let mut written = Written::new(spare, payload.len() + 64, 16);
         let mode = Self::mode(&rows);
         let layouts = layouts_of(&mut self.layouts, input.topic_id);
         if let Some(layout) = layouts.value.as_mut() {
@@ -676,79 +687,41 @@ impl Decoder {
                 &fixed,
                 mode,
                 &self.opts,
-                &mut buf,
-                &mut members,
-                &mut unavailable,
+                &mut written.buf,
+                &mut written.members,
+                &mut written.unavailable,
             ) {
                 Ok(env) => {
                     layouts.hits += 1;
-                    return self.finish(
-                        input,
-                        env,
-                        rows,
-                        buf,
-                        members,
-                        unavailable,
-                        interner,
-                        spare,
-                        false,
-                    );
+                    return self.finish(input, env, rows, written, interner, spare, false);
                 }
-                Err(Decline) => {
-                    buf.clear();
-                    members.clear();
-                    unavailable.clear();
-                }
+                Err(Decline) => written.clear(),
             }
         }
         match crate::scan::envelope(
             payload,
             mode,
             &self.opts,
-            &mut buf,
-            &mut members,
-            &mut unavailable,
+            &mut written.buf,
+            &mut written.members,
+            &mut written.unavailable,
         ) {
             Ok(env) => {
                 layouts.learn(payload, &self.opts);
-                return self.finish(
-                    input,
-                    env,
-                    rows,
-                    buf,
-                    members,
-                    unavailable,
-                    interner,
-                    spare,
-                    false,
-                );
+                return self.finish(input, env, rows, written, interner, spare, false);
             }
-            Err(Decline) => {
-                buf.clear();
-                members.clear();
-                unavailable.clear();
-            }
+            Err(Decline) => written.clear(),
         }
         let doc = document(payload, Self::depth_left(&rows))?;
         let env = crate::dom::envelope(
             &doc,
             mode,
             &self.opts,
-            &mut buf,
-            &mut members,
-            &mut unavailable,
+            &mut written.buf,
+            &mut written.members,
+            &mut written.unavailable,
         )?;
-        self.finish(
-            input,
-            env,
-            rows,
-            buf,
-            members,
-            unavailable,
-            interner,
-            spare,
-            false,
-        )
+        self.finish(input, env, rows, written, interner, spare, false)
     }
 
     /// The event of a decoded envelope (the checks of `envelope.build_event`); `avro`: the key
@@ -759,13 +732,16 @@ impl Decoder {
         input: &Input<'_>,
         env: crate::dom::Envelope<'_>,
         rows: Rows,
-        mut buf: Vec<u8>,
-        members: Vec<crate::value::Member>,
-        unavailable: Vec<Box<str>>,
+        written: Written,
         interner: &mut Interner,
         spare: &mut SpareBuffers,
         avro: bool,
     ) -> Result<Box<Event>> {
+        let Written {
+            mut buf,
+            members,
+            unavailable,
+        } = written;
         let op = match env.op {
             Some("c") => b'c',
             Some("u") => b'u',
