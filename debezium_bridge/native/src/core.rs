@@ -338,11 +338,12 @@ pub(crate) fn image_digest(e: &Event) -> u64 {
                 let members = e.members_of(img);
                 let mut sum = 0u64;
                 match &e.names {
-                    // the names' hashers, prepared once (the image lists exactly these names)
+                    // the names' hashers, prepared once (the image lists exactly these names);
+                    // two loops: one with a branch per member costs ~1 % more (callgrind)
                     Some(names) if names.hashers.len() == members.len() => {
                         for (m, prepared) in members.iter().zip(&names.hashers[..]) {
                             debug_assert_eq!(
-                                prepared.clone().finish(),
+                                prepared.finish(),
                                 member_hasher(&e.buf[m.name.0 as usize..m.name.1 as usize])
                                     .finish()
                             );

@@ -190,9 +190,10 @@ impl SpareBuffers {
     /// At most this many of each buffer are kept.
     const KEPT: usize = 64;
     /// At most this many boxes are kept (~330 bytes each). A kept box still holds what else
-    /// its event owned (unavailable columns, `tx`, shared column lists) until it is filled
-    /// again: at most this many events' worth; clearing it on `keep` cost ~50 instructions an
-    /// event (callgrind, narrow schema-less).
+    /// its event owned (unavailable columns, `tx`, shared column lists) until every runner's
+    /// next event fills it (they all box through [`SpareBuffers::boxed`]): at most this many
+    /// events' worth; clearing it on `keep` cost ~50 instructions an event (callgrind, narrow
+    /// schema-less).
     const KEPT_BOXES: usize = 1024;
     /// A buffer of more bytes than this is freed, not kept.
     const LARGEST: usize = 64 * 1024;

@@ -532,7 +532,7 @@ impl NativeCore {
             source.2.as_deref(),
         );
         let snapshot = interner.snapshot(&snapshot);
-        Ok(Box::new(Event {
+        Ok(self.core.spare.boxed(Event {
             origin: Origin {
                 topic: topic_id,
                 partition,

@@ -519,12 +519,12 @@ fn digits_end(bytes: &[u8], mut i: usize) -> usize {
 }
 
 /// The length of the float text at the start of `b` when, without parsing it, it is known to be
-/// what [`crate::jsonw::write_f64`] writes for its value: `-?(0|[1-9][0-9]*)\.[0-9]+` not followed by an
-/// exponent, with at most 15 significant digits, no zero ending the fraction (but `.0`), and a
-/// decimal exponent in -4..=14 (where ryu writes fixed notation); not a zero, which the readers
-/// decline. Distinct decimals of at most
-/// 15 significant digits read as distinct doubles (`f64::DIGITS`), so no other text of as few
-/// digits lies in the value's rounding interval: the text's digits are the shortest ryu finds.
+/// what [`crate::jsonw::write_f64`] writes for its value: `-?(0|[1-9][0-9]*)\.[0-9]+` not
+/// followed by an exponent, with at most 15 significant digits, no zero ending the fraction
+/// (but `.0`), a decimal exponent in -4..=14 (where ryu writes fixed notation), and not a zero
+/// (the readers decline those). Distinct decimals of at most 15 significant digits read as
+/// distinct doubles (`f64::DIGITS`), so no other text of as few digits lies in the value's
+/// rounding interval: the text's digits are the shortest ryu finds.
 #[inline(never)]
 pub(crate) fn short_float_len(b: &[u8]) -> Option<usize> {
     // the number of digits from `from`, `None` past `most` of them

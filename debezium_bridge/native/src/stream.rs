@@ -167,7 +167,9 @@ impl StreamWindow {
     }
 
     fn read(&mut self, data: &[u8]) -> Result<(Box<Event>, Option<i64>), BadWire> {
-        let mut read = self.reader.read(data, &mut self.core.interner)?;
+        let mut read = self
+            .reader
+            .read(data, &mut self.core.interner, &mut self.core.spare)?;
         let name = self.reader.topics[read.topic as usize].clone();
         read.event.origin.topic = self.core.topic(&name);
         Ok((read.event, read.timestamp))

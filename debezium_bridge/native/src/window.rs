@@ -252,7 +252,9 @@ impl BatchWindow {
 
     /// Take one staged event (the decode step's bytes) and its commit time.
     pub fn push(&mut self, data: &[u8], commit_ms: i64) -> Result<(), wire::BadWire> {
-        let mut read = self.reader.read(data, &mut self.core.interner)?;
+        let mut read = self
+            .reader
+            .read(data, &mut self.core.interner, &mut self.core.spare)?;
         // the writer names topics by the core's ids
         let name = self.reader.topics[read.topic as usize].clone();
         read.event.origin.topic = self.core.topic(&name);

@@ -8,7 +8,7 @@
 //! and span: bad bytes are an error, never a panic.
 
 use crate::decode::{Interner, TableInfo};
-use crate::event::{Event, Image, Origin, Tx};
+use crate::event::{Event, Image, Origin, SpareBuffers, Tx};
 use crate::value::Member;
 use std::sync::Arc;
 
@@ -349,7 +349,12 @@ impl Reader {
     }
 
     /// One event written by [`write`].
-    pub fn read(&mut self, data: &[u8], interner: &mut Interner) -> R<Read> {
+    pub fn read(
+        &mut self,
+        data: &[u8],
+        interner: &mut Interner,
+        spare: &mut SpareBuffers,
+    ) -> R<Read> {
         let mut c = Cursor { data, pos: 0 };
         if c.u8()? != VERSION {
             return Err(BadWire);
@@ -468,7 +473,7 @@ impl Reader {
             return Err(BadWire);
         }
         Ok(Read {
-            event: Box::new(Event {
+            event: spare.boxed(Event {
                 origin: Origin {
                     topic,
                     partition,
@@ -597,7 +602,9 @@ mod tests {
         let mut interner = Interner::default();
         let mut reader = Reader::default();
         for data in [&b""[..], b"\x01", b"\x02abc", b"\x01\xff\xff\xff\xff"] {
-            assert!(reader.read(data, &mut interner).is_err());
+            assert!(reader
+                .read(data, &mut interner, &mut SpareBuffers::default())
+                .is_err());
         }
     }
 }

@@ -4,6 +4,7 @@
 //! a window fed (or loaded from) what could be read releases it without a panic either.
 
 use _native::decode::{Decoder, Input, Interner};
+use _native::event::SpareBuffers;
 use _native::schema::{BinaryMode, Options};
 use _native::stream::{StreamWindow, Topology};
 use _native::window::BatchWindow;
@@ -88,14 +89,15 @@ proptest! {
 fn a_staged_event_reads_back() {
     let data = staged("u", 3, 1);
     let mut interner = Interner::default();
+    let mut spare = SpareBuffers::default();
     let read = wire::Reader::default()
-        .read(&data, &mut interner)
+        .read(&data, &mut interner, &mut spare)
         .expect("readable");
     assert_eq!(read.timestamp, Some(1));
     assert_eq!(read.event.key_bytes(), b"{\"id\":3}");
     assert_eq!(read.event.origin.offset, Some(7));
     assert!(wire::Reader::default()
-        .read(&data[..data.len() - 1], &mut interner)
+        .read(&data[..data.len() - 1], &mut interner, &mut spare)
         .is_err());
 }
 
@@ -105,7 +107,7 @@ fn an_update_mask_travels_with_the_event() {
     let data = staged("u", 3, 1);
     let mut interner = Interner::default();
     let mut event = wire::Reader::default()
-        .read(&data, &mut interner)
+        .read(&data, &mut interner, &mut SpareBuffers::default())
         .expect("readable")
         .event;
     assert!(event.changed.is_none());
@@ -113,7 +115,7 @@ fn an_update_mask_travels_with_the_event() {
     let mut out = Vec::new();
     wire::write(&mut out, &event, "srv.db.dbo.t", Some(1), &interner);
     let read = wire::Reader::default()
-        .read(&out, &mut interner)
+        .read(&out, &mut interner, &mut SpareBuffers::default())
         .expect("readable");
     assert_eq!(read.event.changed.as_deref(), Some(&["v".to_string()][..]));
 }
