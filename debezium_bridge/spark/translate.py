@@ -31,8 +31,11 @@ timestamp, timestampType, headers``), streaming or batch. Two steps:
 steps run on the native core (:func:`native_translate`; ``TranslateConfig.native``,
 ``DEBEZIUM_BRIDGE_NATIVE``): the decode step hands each Arrow batch's Kafka columns to
 ``SparkDecoder`` in one call (rows it declines go through the Python decoder as above) and
-stages events in the native core's own form; streaming, it also tracks each partition's progress
-(merged with the Python tracker's offsets and declined rows). The release step hands each
+stages events in the native core's own form, packed: one row per bucket and Arrow batch
+(:data:`PACKED_ROW`), each event leaving out the table, topic and source texts it shares with
+the event before it, so the shuffle moves a few large values, not a row per event; streaming,
+it also tracks each partition's progress (merged with the Python tracker's offsets and
+declined rows). The release step hands each
 bucket's events to ``release_batch`` (batch: the rules of
 :class:`~debezium_bridge.core.windowed.WindowState` for a whole input) or to ``StreamRelease``
 (streaming: all of its rules, its state as bytes in Spark's state store), which write the output
@@ -126,9 +129,11 @@ _STAGE_SCHEMA = ("bucket int, kind tinyint, commit_ms long, clock timestamp, pay
 _RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
 _RELEASE_COLUMNS = [name for name, _ in OUTPUT_COLUMNS] + [f"n_{n}" for n in RELEASE_COUNTERS]
 DEAD_BUCKET, CLOCK_BUCKET = -1, -2
-EVENT_ROW, PROGRESS_ROW, TX_END_ROW = 0, 1, 2
+EVENT_ROW, PROGRESS_ROW, TX_END_ROW, PACKED_ROW = 0, 1, 2, 3
 """``kind`` of a staged row: a decoded event; the progress of the partitions one task read (one
-copy per bucket); a transaction END (in the bucket of its commit LSN)."""
+copy per bucket); a transaction END (in the bucket of its commit LSN); the native core's events
+of one bucket from one Arrow batch, packed into one value with their commit times (the shuffle
+then moves one row per bucket and batch, not one per event)."""
 # PySpark's own applyInPandasWithState plumbing concatenates all-NA padding frames; pandas 2.x
 # warns about that on every micro-batch. Not ours to fix, and only noise in the job's log.
 warnings.filterwarnings("ignore", category=FutureWarning,
@@ -277,8 +282,9 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
                          heartbeats: bool = False, progress: ProgressTracker | None = None
                          ) -> list[Any]:
     """:func:`_decode_batch` with the native decoder: the batch's Kafka columns in one call,
-    events staged as native bytes; the rows it declines go through the Python decoder (dead
-    letters, side records and their events exactly as there, the events then staged natively).
+    events staged as native bytes, packed per bucket (:data:`PACKED_ROW`); the rows it declines
+    go through the Python decoder (dead letters, side records and their events exactly as
+    there, the events then staged natively).
     With ``progress`` (streaming): every row's offset goes to the tracker, the declined rows'
     events and transaction END rows as on the Python path; the native events' progress is
     tracked by ``spark_decoder`` (``track_progress``/``take_progress``)."""
@@ -294,13 +300,13 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
             _native_columns(batch), buckets)
     except ValueError as exc:  # columns of other types than the Kafka source's: a bug
         raise BridgeError(f"native decode step: {exc}") from exc
-    rows = pa.record_batch(staged)
+    rows = pa.record_batch(staged)  # one row per bucket: bucket, events, packed payload
     n = rows.num_rows
     schema = _arrow_stage_schema()
     zeros = pa.array(np.zeros(n + 1, dtype=np.int64))
     columns = [pa.concat_arrays([rows.column(0), pa.array([CLOCK_BUCKET], pa.int32())]),
-               pa.array(np.zeros(n + 1, dtype=np.int8)),
-               pa.concat_arrays([rows.column(1), pa.nulls(1, pa.int64())]),
+               pa.array(np.append(np.full(n, PACKED_ROW, dtype=np.int8), np.int8(EVENT_ROW))),
+               pa.nulls(n + 1, pa.int64()),
                pa.concat_arrays([pa.nulls(n, schema.field("clock").type),
                                  pa.array([clock * 1000 if clock is not None else None],
                                           schema.field("clock").type)]),
@@ -341,9 +347,11 @@ def _merged_marks(progress: ProgressTracker, native_marks: list[tuple[Any, ...]]
     return out
 
 
-def _wire(spark_decoder: Any, buckets: int, event: ChangeEvent, stamp: int | None
+def _wire(spark_decoder: Any, buckets: int, event: ChangeEvent, stamp: int | None, ms: int
           ) -> tuple[int, bytes]:
-    bucket, data = spark_decoder.wire(native.flatten(event), stamp, buckets)
+    """The bucket and staged bytes of an event the Python decoder read, packed as the native
+    decoder packs its events (a :data:`PACKED_ROW` of one event)."""
+    bucket, data = spark_decoder.wire(native.flatten(event), stamp, buckets, ms)
     return int(bucket), data
 
 
@@ -375,12 +383,12 @@ def _event_columns(event: ChangeEvent, catalog: ColumnCatalog,
 def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
                   catalog: ColumnCatalog | None = None, heartbeats: bool = False,
                   progress: ProgressTracker | None = None,
-                  encode: Callable[[ChangeEvent, int | None], tuple[int, bytes]] | None = None
+                  encode: Callable[[ChangeEvent, int | None, int], tuple[int, bytes]] | None = None
                   ) -> Any:
     """One Arrow batch of Kafka rows as staged rows; with ``progress`` (streaming), the read
     positions go to the tracker and transaction END records become rows of their bucket.
-    ``encode`` (the native path): an event's bucket and staged bytes, from the event and its
-    record's Kafka timestamp."""
+    ``encode`` (the native path): an event's bucket and its :data:`PACKED_ROW` bytes, from the
+    event, its record's Kafka timestamp and its commit time."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -447,12 +455,14 @@ def _decode_batch(batch: Any, decoder: Decoder, buckets: int,
         if encode is None:
             bucket.append(bucket_of(event, buckets))
             payload.append(event_bytes(event))
+            kinds.append(EVENT_ROW)
+            commit_ms.append(ms)
         else:
-            where, data = encode(event, stamps[i])
+            where, data = encode(event, stamps[i], ms)
             bucket.append(where)
             payload.append(data)
-        kinds.append(EVENT_ROW)
-        commit_ms.append(ms)
+            kinds.append(PACKED_ROW)
+            commit_ms.append(None)
         types.append(_event_columns(event, catalog, type_cache) if catalog is not None else None)
     if progress is not None and len(values):
         _record_offsets(batch, progress)
@@ -639,6 +649,8 @@ class _BucketRows:
 
     events: list[tuple[bytes, int, bytes | None]] = field(default_factory=list)
     """Staged event bytes, commit time (ms) and the SQL column types of its table."""
+    packed: list[bytes] = field(default_factory=list)
+    """The native core's staged events (:data:`PACKED_ROW` values)."""
     marks: list[tuple[str, int, PartitionMark]] = field(default_factory=list)
     """The partition marks of the progress rows."""
     ends: list[tuple[bytes, int, int]] = field(default_factory=list)
@@ -652,7 +664,9 @@ def _split_frames(frames: Iterator[Any]) -> _BucketRows:
         for kind, payload, ms, columns in zip(frame["kind"].tolist(), frame["payload"],
                                               frame["commit_ms"].tolist(), frame["columns"],
                                               strict=True):
-            if kind == EVENT_ROW:
+            if kind == PACKED_ROW:
+                rows.packed.append(payload)
+            elif kind == EVENT_ROW:
                 rows.events.append((payload, int(ms), columns))
             elif kind == PROGRESS_ROW:
                 rows.marks += marks_from_bytes(payload)
@@ -762,10 +776,9 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
         if bucket == DEAD_BUCKET:
             with _collector_paused():
                 return _arrow(_dead_rows(table.column("payload").to_pylist(), encoder))
-        payload = table.column("payload").combine_chunks()
-        commit_ms = table.column("commit_ms").combine_chunks()
+        payload = table.column("payload").combine_chunks()  # PACKED_ROWs only
         try:
-            out, counts, mismatches = native.module().release_batch(payload, commit_ms, pair)
+            out, counts, mismatches = native.module().release_batch(payload, pair)
         except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
             raise BridgeError(f"native release step: {exc}") from exc
         return _native_rows(out, counts, mismatches, encoder, direct)
@@ -837,8 +850,7 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
             else:
                 window = native.module().StreamRelease(
                     None if stored is None else bytes(stored), pair, partitions, ends)
-            window.push(pa.array([e[0] for e in rows.events], pa.binary()),
-                        pa.array([e[1] for e in rows.events], pa.int64()))
+            window.push(pa.array(rows.packed, pa.binary()))
             window.observe(mark_tuples(rows.marks))
             window.add_transactions(rows.ends)
             window.run(watermark)
@@ -920,7 +932,8 @@ def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> A
     ``commit_ms``, ``payload`` = the event as bytes, ``columns``), dead letter and clock row;
     for a streaming ``df`` also the progress rows (per task, one per bucket) and transaction END
     rows (benchmarks measure the cost of the steps with it). ``native``: decode with the native
-    core, events staged as its bytes (what the native release steps read)."""
+    core, events staged as its bytes (what the native release steps read), packed into one row
+    per bucket and Arrow batch (:data:`PACKED_ROW`)."""
     from pyspark.sql import functions as F
 
     decode = decode_task(config, streaming=df.isStreaming, native=native)

@@ -20,6 +20,8 @@ import importlib
 import itertools
 import json
 import random
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +104,28 @@ def _rows(released: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
     return output, counters
 
 
-def _buckets(staged: Any) -> list[int]:
-    events = staged.filter(pc.and_(pc.equal(staged.column("kind"), T.EVENT_ROW),
-                                   pc.greater_equal(staged.column("bucket"), 0)))
-    return sorted(events.column("bucket").to_pylist())
+def _packed_events(packed: bytes) -> Iterator[tuple[bytes, int]]:
+    """The events of a native :data:`~T.PACKED_ROW` value, read by its documented layout
+    (``wire::pack``: a little-endian ``u32`` length, ``i64`` commit time, the bytes)."""
+    at = 0
+    while at < len(packed):
+        length, ms = struct.unpack_from("<Iq", packed, at)
+        yield packed[at + 12:at + 12 + length], ms
+        at += 12 + length
+    assert at == len(packed)
+
+
+def _buckets(staged: Any) -> list[tuple[int, int]]:
+    """The bucket and commit time of every staged event (Python: one row each; native: packed
+    per bucket)."""
+    events = staged.filter(pc.greater_equal(staged.column("bucket"), 0))
+    out = []
+    for row in events.select(["bucket", "kind", "commit_ms", "payload"]).to_pylist():
+        if row["kind"] == T.EVENT_ROW:
+            out.append((row["bucket"], row["commit_ms"]))
+        elif row["kind"] == T.PACKED_ROW:
+            out += [(row["bucket"], ms) for _, ms in _packed_events(row["payload"])]
+    return sorted(out)
 
 
 def _decode_counters(staged: Any) -> dict[str, int]:

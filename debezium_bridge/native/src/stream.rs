@@ -118,7 +118,6 @@ struct Item {
     event: Box<Event>,
     commit_ms: i64,
     timestamp: Option<i64>,
-    raw: Vec<u8>,
 }
 
 /// Why waiting events were released (`windowed.RELEASE_RULES`).
@@ -166,7 +165,14 @@ impl StreamWindow {
         }
     }
 
+    /// One staged event on its own (a call's, or one kept in state).
     fn read(&mut self, data: &[u8]) -> Result<(Box<Event>, Option<i64>), BadWire> {
+        self.reader.begin();
+        self.read_next(data)
+    }
+
+    /// The next staged event of a packed value (after [`wire::Reader::begin`]).
+    fn read_next(&mut self, data: &[u8]) -> Result<(Box<Event>, Option<i64>), BadWire> {
         let mut read = self
             .reader
             .read(data, &mut self.core.interner, &mut self.core.spare)?;
@@ -175,16 +181,30 @@ impl StreamWindow {
         Ok((read.event, read.timestamp))
     }
 
-    /// Take one staged event of this call (the decode step's bytes) and its commit time.
+    /// Take one staged event of this call on its own ([`wire::write`]) and its commit time.
     pub fn push(&mut self, data: &[u8], commit_ms: i64) -> Result<(), BadWire> {
         let (event, timestamp) = self.read(data)?;
         self.items.push(Item {
             event,
             commit_ms,
             timestamp,
-            raw: data.to_vec(),
         });
         Ok(())
+    }
+
+    /// Take the staged events of one packed value of this call (the decode step's rows,
+    /// [`wire::pack`]).
+    pub fn push_packed(&mut self, packed: &[u8]) -> Result<(), BadWire> {
+        self.reader.begin();
+        wire::unpack(packed, |data, commit_ms| {
+            let (event, timestamp) = self.read_next(data)?;
+            self.items.push(Item {
+                event,
+                commit_ms,
+                timestamp,
+            });
+            Ok(())
+        })
     }
 
     /// Transaction END records: (commit LSN, event_count, ms).
@@ -286,8 +306,19 @@ impl StreamWindow {
                 ready.push(e);
                 continue;
             }
+            // what the state keeps: the event on its own (its call's bytes may lean on the
+            // event before it in their packed value)
+            let mut raw = Vec::new();
+            wire::write(
+                &mut raw,
+                &e,
+                &self.core.topics[e.origin.topic as usize],
+                item.timestamp,
+                &self.core.interner,
+                &mut wire::Repeats::default(),
+            );
             group.waiting.push(e);
-            group.raw.push(item.raw);
+            group.raw.push(raw);
             self.counts.pending += 1;
             if let Some((d, c)) = complete_pair(&mut group.waiting) {
                 group.raw.clear();

@@ -250,8 +250,19 @@ impl BatchWindow {
         }
     }
 
-    /// Take one staged event (the decode step's bytes) and its commit time.
+    /// Take one staged event on its own ([`wire::write`]) and its commit time.
     pub fn push(&mut self, data: &[u8], commit_ms: i64) -> Result<(), wire::BadWire> {
+        self.reader.begin();
+        self.take(data, commit_ms)
+    }
+
+    /// Take the staged events of one packed value (the decode step's rows, [`wire::pack`]).
+    pub fn push_packed(&mut self, packed: &[u8]) -> Result<(), wire::BadWire> {
+        self.reader.begin();
+        wire::unpack(packed, |data, ms| self.take(data, ms))
+    }
+
+    fn take(&mut self, data: &[u8], commit_ms: i64) -> Result<(), wire::BadWire> {
         let mut read = self
             .reader
             .read(data, &mut self.core.interner, &mut self.core.spare)?;
@@ -430,7 +441,14 @@ pub(crate) mod tests {
                     .decode(&input, &mut interner, &mut Default::default())
                     .expect("decoded");
                 let mut out = Vec::new();
-                wire::write(&mut out, &e, "srv.db.dbo.t", Some(5), &interner);
+                wire::write(
+                    &mut out,
+                    &e,
+                    "srv.db.dbo.t",
+                    Some(5),
+                    &interner,
+                    &mut Default::default(),
+                );
                 out
             })
             .collect()

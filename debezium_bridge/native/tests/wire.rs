@@ -15,7 +15,8 @@ fn staged(op: &str, id: i64, serial: i64) -> Vec<u8> {
     staged_with(op, id, serial, "b")
 }
 
-fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
+/// The key and value of a Debezium envelope (JsonConverter, no schema) of table `t`.
+fn envelope(op: &str, id: i64, serial: i64, text: &str) -> (String, String) {
     let before = if op == "c" {
         "null".to_string()
     } else {
@@ -34,6 +35,11 @@ fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
          \"event_serial_no\":{serial}}},\"op\":\"{op}\",\"ts_ms\":1700000000001,\"transaction\":null}}"
     );
     let key = format!("{{\"id\":{id}}}");
+    (key, value)
+}
+
+fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
+    let (key, value) = envelope(op, id, serial, text);
     let mut decoder = Decoder::new(Options::new(
         "__debezium_unavailable_value",
         BinaryMode::Bytes,
@@ -55,7 +61,14 @@ fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
         .decode(&input, &mut interner, &mut Default::default())
         .expect("a valid envelope");
     let mut out = Vec::new();
-    wire::write(&mut out, &event, "srv.db.dbo.t", Some(1), &interner);
+    wire::write(
+        &mut out,
+        &event,
+        "srv.db.dbo.t",
+        Some(1),
+        &interner,
+        &mut Default::default(),
+    );
     out
 }
 
@@ -113,7 +126,14 @@ fn an_update_mask_travels_with_the_event() {
     assert!(event.changed.is_none());
     event.changed = Some(vec!["v".to_string()].into());
     let mut out = Vec::new();
-    wire::write(&mut out, &event, "srv.db.dbo.t", Some(1), &interner);
+    wire::write(
+        &mut out,
+        &event,
+        "srv.db.dbo.t",
+        Some(1),
+        &interner,
+        &mut Default::default(),
+    );
     let read = wire::Reader::default()
         .read(&out, &mut interner, &mut SpareBuffers::default())
         .expect("readable");
@@ -130,6 +150,175 @@ fn events_beyond_64k_keep_their_member_spans() {
     let out = String::from_utf8(window.core.out.clone()).expect("utf8");
     assert!(out.contains(&format!("\"before\":{{\"id\":3,\"v\":\"{long}\"}}")));
     assert!(out.contains("\"changed_columns\":[\"v\"]"));
+}
+
+/// The events `(op, id, serial)` decoded by one decoder and packed into one value as the
+/// decode step packs a bucket's events (commit time 5 each), and each written on its own.
+fn packed(events: &[(&str, i64, i64)]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut decoder = Decoder::new(Options::new(
+        "__debezium_unavailable_value",
+        BinaryMode::Bytes,
+    ));
+    let mut interner = Interner::default();
+    let mut repeats = wire::Repeats::default();
+    let (mut out, mut singles) = (Vec::new(), Vec::new());
+    for (offset, &(op, id, serial)) in events.iter().enumerate() {
+        let (key, value) = envelope(op, id, serial, "b");
+        let input = Input {
+            topic: "srv.db.dbo.t",
+            topic_id: 0,
+            partition: 1,
+            offset: Some(offset as i64),
+            tp: 0,
+            key: Some(key.as_bytes()),
+            value: value.as_bytes(),
+            has_headers: false,
+            newkey: None,
+            oldkey: None,
+        };
+        let event = decoder
+            .decode(&input, &mut interner, &mut Default::default())
+            .expect("a valid envelope");
+        let (mut data, mut single) = (Vec::new(), Vec::new());
+        wire::write(
+            &mut data,
+            &event,
+            "srv.db.dbo.t",
+            Some(1),
+            &interner,
+            &mut repeats,
+        );
+        wire::pack(&mut out, &data, 5);
+        let fresh = &mut wire::Repeats::default();
+        wire::write(
+            &mut single,
+            &event,
+            "srv.db.dbo.t",
+            Some(1),
+            &interner,
+            fresh,
+        );
+        singles.push(single);
+    }
+    (out, singles)
+}
+
+const KEY_CHANGE: [(&str, i64, i64); 3] = [("d", 1, 1), ("c", 2, 2), ("u", 3, 1)];
+
+#[test]
+fn packed_events_release_as_the_same_events_on_their_own() {
+    let (packed, singles) = packed(&KEY_CHANGE);
+    let total: usize = singles.iter().map(|s| s.len() + 12).sum();
+    // the second and third events leave out topic, table, snapshot marker and source
+    assert!(
+        packed.len() + 2 * 150 < total,
+        "{} against {total}",
+        packed.len()
+    );
+    let mut together = BatchWindow::new(true);
+    together.push_packed(&packed).expect("readable");
+    together.release_all();
+    let mut apart = BatchWindow::new(true);
+    for single in &singles {
+        apart.push(single, 5).expect("readable");
+    }
+    apart.release_all();
+    let lines = together.sorted_lines();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the key change merged, the update on its own"
+    );
+    assert_eq!(lines, apart.sorted_lines());
+}
+
+#[test]
+fn a_packed_event_cannot_lean_on_an_event_outside_its_value() {
+    let (packed, _) = packed(&KEY_CHANGE);
+    let mut events = Vec::new();
+    wire::unpack(&packed, |data, _| {
+        events.push(data.to_vec());
+        Ok(())
+    })
+    .expect("packed");
+    assert_eq!(
+        events[1][1], 0b1111,
+        "the second event repeats all four parts"
+    );
+    let mut window = BatchWindow::new(true);
+    window
+        .push(&events[0], 5)
+        .expect("the first event stands on its own");
+    assert!(window.push(&events[1], 5).is_err());
+    let mut rest = Vec::new();
+    wire::pack(&mut rest, &events[1], 5);
+    assert!(window.push_packed(&rest).is_err());
+}
+
+#[test]
+fn waiting_events_of_a_packed_value_are_kept_on_their_own() {
+    // the delete waits in state, written without the parts it shared in its packed value
+    let (packed, singles) = packed(&KEY_CHANGE[..1]);
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.push_packed(&packed).expect("read");
+    w.add(0);
+    w.release(0);
+    let state = w.dump();
+    let mut from_single = StreamWindow::new(true, Topology::default());
+    from_single.push(&singles[0], 5).expect("read");
+    from_single.add(0);
+    from_single.release(0);
+    assert_eq!(state, from_single.dump());
+}
+
+#[test]
+fn events_of_version_1_still_read() {
+    // a streaming state written before packed values keeps its waiting events as version 1:
+    // the same layout without the second byte
+    let single = staged("d", 1, 1);
+    assert_eq!(&single[..2], &[2, 0]);
+    let mut old = vec![1];
+    old.extend_from_slice(&single[2..]);
+    let mut interner = Interner::default();
+    let mut spare = SpareBuffers::default();
+    let mut reader = wire::Reader::default();
+    let a = reader.read(&single, &mut interner, &mut spare).expect("v2");
+    let b = reader.read(&old, &mut interner, &mut spare).expect("v1");
+    let mut again = Vec::new();
+    wire::write(
+        &mut again,
+        &b.event,
+        "srv.db.dbo.t",
+        b.timestamp,
+        &interner,
+        &mut Default::default(),
+    );
+    assert_eq!(again, single);
+    assert_eq!(a.event.key_bytes(), b.event.key_bytes());
+    old[0] = 3;
+    assert!(reader.read(&old, &mut interner, &mut spare).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_packed_values_never_panic(ops in proptest::collection::vec((any::<u8>(), 0usize..2000), 1..4)) {
+        let (mut data, _) = packed(&KEY_CHANGE);
+        for (byte, at) in ops {
+            let at = at % data.len();
+            data[at] = byte;
+        }
+        let mut window = BatchWindow::new(true);
+        let _ = window.push_packed(&data);
+        window.release_all();
+        let _ = window.sorted_lines();
+        let mut w = StreamWindow::new(true, Topology::default());
+        let _ = w.push_packed(&data);
+        w.add(0);
+        w.release(i64::MAX);
+        let _ = w.dump();
+    }
 }
 
 /// A state holding two waiting deletes (one position group: no pair).

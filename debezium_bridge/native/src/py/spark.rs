@@ -1,8 +1,8 @@
 //! The Spark job's `translate` on the native core (`debezium_bridge.spark.translate`):
 //!
 //! * [`SparkDecoder`] (decode step, `mapInArrow`): the Kafka columns of one Arrow batch in one
-//!   call, decoded natively into staged rows (bucket, commit time, the event as
-//!   [`crate::wire`] bytes); the rows it declines are returned by index for the Python
+//!   call, decoded natively into staged rows: one per state bucket, its events as
+//!   [`crate::wire`] bytes packed by [`wire::pack`]; the rows it declines are returned by index for the Python
 //!   decoder, whose events come back through [`SparkDecoder::wire`].
 //! * [`release_batch`] (release step, `applyInArrow` of a batch DataFrame): one bucket's staged
 //!   events through [`crate::window::BatchWindow`], out as one Arrow batch of output rows
@@ -19,7 +19,7 @@ use crate::wire;
 use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{Array, ArrayRef, ListArray, StructArray};
+use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, ListArray, StructArray};
 use arrow_buffer::OffsetBuffer;
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -121,9 +121,10 @@ impl SparkDecoder {
     /// Decode one batch: `columns` is a struct array (`key` binary, `value` binary, `topic`
     /// string, `partition` int32, `offset` int64, `timestamp` int64 epoch ms, `headers`
     /// list<struct<key string, value binary>>). Returns the staged rows of the events decoded
-    /// here (`bucket` int32, `commit_ms` int64, `payload` binary), the indexes of the rows
-    /// left to the Python decoder, `(records, tombstones)` handled here and the highest commit
-    /// time.
+    /// here, one per state bucket in bucket order (`bucket` int32, `events` int64, `payload`
+    /// binary: the events packed by [`wire::pack`] with their commit times, in the order they
+    /// were read), the indexes of the rows left to the Python decoder, `(records, tombstones)`
+    /// handled here and the highest commit time.
     fn decode(
         &mut self,
         py: Python<'_>,
@@ -178,9 +179,10 @@ impl SparkDecoder {
             .as_binary_opt::<i32>()
             .ok_or_else(|| bad("header value: binary"))?;
         let n = s.len();
-        let mut bucket = Int32Builder::with_capacity(n);
-        let mut commit_ms = Int64Builder::with_capacity(n);
-        let mut payload = BinaryBuilder::with_capacity(n, n * 512);
+        // every event packed (`wire::pack`) into `staged`, its bucket and span in `spans`
+        let mut staged: Vec<u8> = Vec::with_capacity(n * 512);
+        let mut spans: Vec<(u32, usize, usize)> = Vec::with_capacity(n);
+        let mut repeats: hashbrown::HashMap<u32, wire::Repeats> = hashbrown::HashMap::new();
         let mut declined = Vec::new();
         let mut records = 0i64;
         let mut tombstones = 0i64;
@@ -267,26 +269,29 @@ impl SparkDecoder {
             let interner = &self.inner.core.interner;
             let snapshot = event.is_snapshot_identity(incremental);
             let table_id = &interner.tables[event.table as usize].table_id;
-            bucket.append_value(wire::bucket(&event, table_id, snapshot, buckets) as i32);
-            commit_ms.append_value(ms);
+            let bucket = wire::bucket(&event, table_id, snapshot, buckets);
             buf.clear();
-            wire::write(&mut buf, &event, &name, stamp, interner);
-            payload.append_value(&buf);
+            let repeated = repeats.entry(bucket).or_default();
+            wire::write(&mut buf, &event, &name, stamp, interner, repeated);
+            let start = staged.len();
+            wire::pack(&mut staged, &buf, ms);
+            spans.push((bucket, start, staged.len()));
         }
         self.inner.declined_records += declined.len() as i64;
         self.inner.native_records += records;
+        let (bucket, events, payload) = packed_by_bucket(&staged, spans);
         let columns: Vec<(Arc<Field>, ArrayRef)> = vec![
             (
                 Arc::new(Field::new("bucket", DataType::Int32, false)),
-                Arc::new(bucket.finish()),
+                Arc::new(bucket),
             ),
             (
-                Arc::new(Field::new("commit_ms", DataType::Int64, false)),
-                Arc::new(commit_ms.finish()),
+                Arc::new(Field::new("events", DataType::Int64, false)),
+                Arc::new(events),
             ),
             (
                 Arc::new(Field::new("payload", DataType::Binary, false)),
-                Arc::new(payload.finish()),
+                Arc::new(payload),
             ),
         ];
         Ok((
@@ -298,13 +303,16 @@ impl SparkDecoder {
     }
 
     /// A `ChangeEvent` the Python decoder read (flattened by `core.native.flatten`) as staged
-    /// bytes: `(bucket, payload)`.
+    /// bytes: `(bucket, payload)`; with `commit_ms`, the payload is packed with it as the
+    /// decode step's rows are ([`wire::pack`]).
+    #[pyo3(signature = (event, timestamp, buckets, commit_ms=None))]
     fn wire<'py>(
         &mut self,
         py: Python<'py>,
         event: &Bound<'py, PyTuple>,
         timestamp: Option<i64>,
         buckets: u32,
+        commit_ms: Option<i64>,
     ) -> PyResult<(u32, Bound<'py, PyBytes>)> {
         let e = self.inner.event_from_tuple(event)?;
         let name = self.topic_name(e.origin.topic);
@@ -313,7 +321,19 @@ impl SparkDecoder {
         let table_id = &interner.tables[e.table as usize].table_id;
         let bucket = wire::bucket(&e, table_id, e.is_snapshot_identity(incremental), buckets);
         let mut buf = Vec::with_capacity(1024);
-        wire::write(&mut buf, &e, &name, timestamp, interner);
+        wire::write(
+            &mut buf,
+            &e,
+            &name,
+            timestamp,
+            interner,
+            &mut Default::default(),
+        );
+        if let Some(ms) = commit_ms {
+            let mut packed = Vec::with_capacity(buf.len() + 12);
+            wire::pack(&mut packed, &buf, ms);
+            return Ok((bucket, PyBytes::new(py, &packed)));
+        }
         Ok((bucket, PyBytes::new(py, &buf)))
     }
 
@@ -353,6 +373,30 @@ impl SparkDecoder {
     }
 }
 
+/// One row per state bucket of the events packed in `staged` (`spans`: bucket, start, end),
+/// in bucket order, the events of a bucket in the order they were read: the bucket, the
+/// number of events and their packed bytes.
+fn packed_by_bucket(
+    staged: &[u8],
+    mut spans: Vec<(u32, usize, usize)>,
+) -> (Int32Array, Int64Array, BinaryArray) {
+    spans.sort_by_key(|&(bucket, _, _)| bucket);
+    let mut buckets = Int32Builder::new();
+    let mut events = Int64Builder::new();
+    let mut values: Vec<u8> = Vec::with_capacity(staged.len());
+    let mut offsets: Vec<i32> = vec![0];
+    for run in spans.chunk_by(|a, b| a.0 == b.0) {
+        buckets.append_value(run[0].0 as i32);
+        events.append_value(run.len() as i64);
+        for &(_, start, end) in run {
+            values.extend_from_slice(&staged[start..end]);
+        }
+        offsets.push(values.len() as i32);
+    }
+    let payload = BinaryArray::new(OffsetBuffer::new(offsets.into()), values.into(), None);
+    (buckets.finish(), events.finish(), payload)
+}
+
 /// A replay mismatch: topic, partition, offset, timestamp, table_id, seq, op, key, before,
 /// after, unavailable.
 type MismatchTuple = (
@@ -369,44 +413,33 @@ type MismatchTuple = (
     Vec<String>,
 );
 
-/// Each staged event of the `payloads` (binary) and `commit_ms` (int64, null: 0) arrays.
+/// Each value of `payloads` (binary: staged events packed by [`wire::pack`]).
 fn staged_events(
     payloads: &ArrayRef,
-    commit_ms: &ArrayRef,
-    mut take: impl FnMut(&[u8], i64) -> Result<(), wire::BadWire>,
+    mut take: impl FnMut(&[u8]) -> Result<(), wire::BadWire>,
 ) -> PyResult<()> {
     let payloads = payloads
         .as_binary_opt::<i32>()
         .ok_or_else(|| bad("payload: binary"))?;
-    let stamps = commit_ms
-        .as_primitive_opt::<Int64Type>()
-        .ok_or_else(|| bad("commit_ms: int64"))?;
-    for i in 0..payloads.len() {
-        let ms = if stamps.is_null(i) {
-            0
-        } else {
-            stamps.value(i)
-        };
-        take(payloads.value(i), ms).map_err(|_| bad("a staged event that cannot be read"))?;
+    for packed in payloads.iter().flatten() {
+        take(packed).map_err(|_| bad("a staged event that cannot be read"))?;
     }
     Ok(())
 }
 
-/// The release step of a batch DataFrame for one bucket: `payloads` (binary) and `commit_ms`
-/// (int64) arrays of its staged events. Returns the output rows (canonical format) as one
+/// The release step of a batch DataFrame for one bucket: `payloads`, a binary array of its
+/// staged events (packed by [`wire::pack`]). Returns the output rows (canonical format) as one
 /// Arrow batch, the counters and the replay mismatches (their dead letters are written by the
 /// Python side).
 #[pyfunction]
 pub fn release_batch(
     payloads: &Bound<'_, PyAny>,
-    commit_ms: &Bound<'_, PyAny>,
     pair_key_changes: bool,
 ) -> PyResult<(ArrowBatch, StreamCounts, Vec<MismatchTuple>)> {
     let payloads = import(payloads)?;
-    let commit_ms = import(commit_ms)?;
     caught(|| {
         let mut window = BatchWindow::new(pair_key_changes);
-        staged_events(&payloads, &commit_ms, |data, ms| window.push(data, ms))?;
+        staged_events(&payloads, |packed| window.push_packed(packed))?;
         window.release_all();
         let batch = output_rows(&window.core)?;
         let counts = window.counts.as_tuple();
@@ -590,11 +623,10 @@ impl StreamRelease {
         self.window.transactions()
     }
 
-    /// The call's staged events: `payloads` (binary) and `commit_ms` (int64) arrays.
-    fn push(&mut self, payloads: &Bound<'_, PyAny>, commit_ms: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// The call's staged events: a binary array, each value packed by [`wire::pack`].
+    fn push(&mut self, payloads: &Bound<'_, PyAny>) -> PyResult<()> {
         let payloads = import(payloads)?;
-        let commit_ms = import(commit_ms)?;
-        caught(|| staged_events(&payloads, &commit_ms, |data, ms| self.window.push(data, ms)))
+        caught(|| staged_events(&payloads, |packed| self.window.push_packed(packed)))
     }
 
     /// Staged events one by one (the Python window API: events staged by `SparkDecoder.wire`).
