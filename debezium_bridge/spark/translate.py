@@ -32,8 +32,9 @@ steps run on the native core (:func:`native_translate`; ``TranslateConfig.native
 ``DEBEZIUM_BRIDGE_NATIVE``): the decode step hands each Arrow batch's Kafka columns to
 ``SparkDecoder`` in one call (rows it declines go through the Python decoder as above) and
 stages events in the native core's own form, packed: one row per bucket and Arrow batch
-(:data:`PACKED_ROW`), each event leaving out the table, topic and source texts it shares with
-the event before it, so the shuffle moves a few large values, not a row per event; streaming,
+(:data:`PACKED_ROW`, a new one past 16 MiB), each event leaving out the table, topic,
+snapshot marker and source texts it shares with the event before it, so the shuffle moves a
+few large values, not a row per event; streaming,
 it also tracks each partition's progress (merged with the Python tracker's offsets and
 declined rows). The release step hands each
 bucket's events to ``release_batch`` (batch: the rules of
@@ -300,7 +301,7 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
             _native_columns(batch), buckets)
     except ValueError as exc:  # columns of other types than the Kafka source's: a bug
         raise BridgeError(f"native decode step: {exc}") from exc
-    rows = pa.record_batch(staged)  # one row per bucket: bucket, events, packed payload
+    rows = pa.record_batch(staged)  # one row per packed value: bucket, payload
     n = rows.num_rows
     schema = _arrow_stage_schema()
     zeros = pa.array(np.zeros(n + 1, dtype=np.int64))
@@ -310,7 +311,7 @@ def _decode_batch_native(batch: Any, spark_decoder: Any, decoder: Decoder, bucke
                pa.concat_arrays([pa.nulls(n, schema.field("clock").type),
                                  pa.array([clock * 1000 if clock is not None else None],
                                           schema.field("clock").type)]),
-               pa.concat_arrays([rows.column(2), pa.nulls(1, pa.binary())]),
+               pa.concat_arrays([rows.column(1), pa.nulls(1, pa.binary())]),
                pa.nulls(n + 1, pa.binary())]
     for name in DECODE_COUNTERS:
         value = records if name == "records_in" else tombstones if name == "tombstones" else 0
@@ -707,6 +708,9 @@ def _streaming_release(config: TranslateConfig, topology: Topology | None
                 window = WindowState(core, stored, topology)
                 encoder.learn_stored(learned)  # the column types of the events that waited
                 rows = _split_frames(frames)
+                if rows.packed:
+                    raise BridgeError(f"release step: bucket {bucket} holds the native decode "
+                                      "step's packed events")
                 window.observe(rows.marks)
                 window.add_transactions(rows.ends)
                 window.add(_events(rows.events, encoder), watermark)
@@ -768,6 +772,8 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
     direct = _native_output_direct(config)
 
     def release(table: Any) -> Any:
+        import pyarrow.compute as pc
+
         leave_sigint_to_the_driver()
         bucket = table.column("bucket")[0].as_py()
         if bucket == CLOCK_BUCKET:
@@ -776,7 +782,10 @@ def _native_batch_release(config: TranslateConfig) -> Callable[[Any], Any]:
         if bucket == DEAD_BUCKET:
             with _collector_paused():
                 return _arrow(_dead_rows(table.column("payload").to_pylist(), encoder))
-        payload = table.column("payload").combine_chunks()  # PACKED_ROWs only
+        if not pc.all(pc.equal(table.column("kind"), PACKED_ROW)).as_py():
+            raise BridgeError(f"native release step: bucket {bucket} holds rows that are not "
+                              "the native decode step's packed events")
+        payload = table.column("payload").combine_chunks()
         try:
             out, counts, mismatches = native.module().release_batch(payload, pair)
         except ValueError as exc:  # staged bytes it cannot read: a bug, never bad input
@@ -844,6 +853,9 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
         watermark = state.getCurrentWatermarkMs()
         stored = state.get[0] if state.exists else None
         rows = _split_frames(frames)
+        if rows.events:
+            raise BridgeError(f"native release step: bucket {bucket} holds events that are not "
+                              "the native decode step's packed events")
         try:
             if stored is not None and not is_native_state(stored):
                 window = adopt_reference_state(bytes(stored), pair, topology)
@@ -933,7 +945,8 @@ def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> A
     for a streaming ``df`` also the progress rows (per task, one per bucket) and transaction END
     rows (benchmarks measure the cost of the steps with it). ``native``: decode with the native
     core, events staged as its bytes (what the native release steps read), packed into one row
-    per bucket and Arrow batch (:data:`PACKED_ROW`)."""
+    per bucket and Arrow batch (:data:`PACKED_ROW`, ``commit_ms`` null: the commit times travel
+    in the packed value)."""
     from pyspark.sql import functions as F
 
     decode = decode_task(config, streaming=df.isStreaming, native=native)

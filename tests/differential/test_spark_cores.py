@@ -221,7 +221,46 @@ def test_unreadable_staged_bytes_fail_the_release_loudly(tmp_path: Path) -> None
     config = _config(stream, tmp_path, True, "on")
     staged, _ = _stage(stream, config, [], True)
     events = staged.filter(pc.greater_equal(staged.column("bucket"), 0))
-    broken = events.set_column(events.schema.get_field_index("payload"), "payload",
-                               pa.array([b"\x01broken"] * events.num_rows, pa.binary()))
-    with pytest.raises(BridgeError, match="native release step"):
-        T._native_batch_release(config)(broken)
+    first = next(_packed_events(events.column("payload")[0].as_py()))[0]
+    leaning = bytes([first[0], 0b1111]) + first[2:]  # the first event of a value names parts
+    # "as the event before it": there is none
+    for payload in (b"\x01broken", struct.pack("<Iq", len(leaning), 5) + leaning,
+                    struct.pack("<Iq", 1000, 5) + first):  # a length past the value's end
+        broken = events.set_column(events.schema.get_field_index("payload"), "payload",
+                                   pa.array([payload] * events.num_rows, pa.binary()))
+        with pytest.raises(BridgeError, match="native release step"):
+            T._native_batch_release(config)(broken)
+    events_row = events.set_column(events.schema.get_field_index("kind"), "kind",
+                                   pa.array([T.EVENT_ROW] * events.num_rows, pa.int8()))
+    with pytest.raises(BridgeError, match="not the native decode step's packed events"):
+        T._native_batch_release(config)(events_row)
+
+
+def test_a_bucket_past_16_mib_in_one_batch_is_packed_into_several_values() -> None:
+    """A packed value is closed at 16 MiB (its next event starts a new one, with nothing to
+    lean on): 300 creates of ~60 KB in one bucket make two values, and every create comes out
+    of the release step."""
+    text = "x" * 60_000
+    records = [RawRecord(
+        "srv.db.dbo.t", 0, i, 1_700_000_000_000, json.dumps({"id": i}).encode(), json.dumps({
+            "before": None, "after": {"id": i, "v": text}, "op": "c", "ts_ms": 1_700_000_000_001,
+            "transaction": None, "source": {
+                "version": "2.5.0.Final", "connector": "sqlserver", "name": "srv",
+                "ts_ms": 1_700_000_000_000, "snapshot": "false", "db": "db", "schema": "dbo",
+                "table": "t", "change_lsn": f"0000002a:{i:08x}:0001",
+                "commit_lsn": f"0000002a:{i:08x}:0002", "event_serial_no": 1}}).encode())
+        for i in range(300)]
+    config = T.TranslateConfig(native="on", buckets=1)
+    spec = T._decoder_spec(config)
+    T._decoders.pop(spec.token, None)
+    T._spark_decoders.pop(spec.token, None)
+    decoder, _ = T._decoder(spec)
+    staged = pa.Table.from_batches(T._decode_batch_native(
+        arrow_batch(records), T._spark_decoder(spec, decoder), decoder, 1))
+    values = staged.filter(pc.equal(staged.column("kind"), T.PACKED_ROW))
+    sizes = [len(v) for v in values.column("payload").to_pylist()]
+    assert len(sizes) == 2 and sizes[0] >= 16 << 20 > sizes[0] - 61_000, sizes
+    assert sum(len(list(_packed_events(v))) for v in values.column("payload").to_pylist()) == 300
+    rows, counters = _rows(T._native_batch_release(config)(values))
+    assert counters["changes_out"] == 300
+    assert sorted(json.loads(r["key"])["id"] for r in rows) == list(range(300))

@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 /// The first bytes of a native window state (then a version byte).
 pub const MAGIC: &[u8] = b"DBNW";
-const VERSION: u8 = 1;
+/// 2: waiting events are staged events of wire format 2 (version 1 states, with format 1
+/// events, still load; builds before version 2 cannot read a version 2 state).
+const VERSION: u8 = 2;
 
 /// How far one Kafka partition has been read (`windowed.PartitionMark`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -565,7 +567,7 @@ impl StreamWindow {
         }
         let mut c = Cursor::new(data);
         c.take(MAGIC.len())?;
-        if c.u8()? != VERSION {
+        if !matches!(c.u8()?, 1 | VERSION) {
             return Err(BadWire);
         }
         let n = c.u32()?;

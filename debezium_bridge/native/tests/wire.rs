@@ -257,18 +257,75 @@ fn a_packed_event_cannot_lean_on_an_event_outside_its_value() {
 
 #[test]
 fn waiting_events_of_a_packed_value_are_kept_on_their_own() {
-    // the delete waits in state, written without the parts it shared in its packed value
-    let (packed, singles) = packed(&KEY_CHANGE[..1]);
+    // the delete follows an update in its packed value, so it leans on it there (mask 0b1111);
+    // the state keeps it written on its own: a fresh window loads it and pairs it
+    let (value, singles) = packed(&[("u", 3, 1), ("d", 1, 1)]);
+    let mut second = Vec::new();
+    wire::unpack(&value, |data, _| {
+        second = data.to_vec();
+        Ok(())
+    })
+    .expect("packed");
+    assert_eq!(second[1], 0b1111);
     let mut w = StreamWindow::new(true, Topology::default());
-    w.push_packed(&packed).expect("read");
+    w.push_packed(&value).expect("read");
     w.add(0);
     w.release(0);
     let state = w.dump();
     let mut from_single = StreamWindow::new(true, Topology::default());
-    from_single.push(&singles[0], 5).expect("read");
+    for single in &singles {
+        from_single.push(single, 5).expect("read");
+    }
     from_single.add(0);
     from_single.release(0);
-    assert_eq!(state, from_single.dump());
+    assert_eq!(
+        state,
+        from_single.dump(),
+        "the same state as the events staged on their own"
+    );
+    let mut later = StreamWindow::new(true, Topology::default());
+    later.load(&state).expect("a state of its own events");
+    assert_eq!(later.waiting_events(), 1);
+    let (create, _) = packed(&[("c", 2, 2)]);
+    later.push_packed(&create).expect("read");
+    later.add(0);
+    later.release(0);
+    let out = String::from_utf8(later.core.out.clone()).expect("utf8");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("\"op\":\"update\""), "{out}");
+    assert!(out.contains("\"key_changed\":true"), "{out}");
+    assert!(out.contains("\"old_key\":{\"id\":1}"), "{out}");
+}
+
+/// A state the native core wrote at commit 5d6b823 (state version 1, its waiting delete in
+/// wire format 1), by `tests/data/stream-state-v1.py` with that commit's extension.
+const STATE_V1: &[u8] = include_bytes!("data/stream-state-v1.bin");
+
+#[test]
+fn a_state_of_the_previous_version_loads_and_its_delete_pairs() {
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.load(STATE_V1).expect("a version 1 state");
+    assert_eq!(w.waiting_events(), 1);
+    let again = w.dump();
+    assert_eq!(&again[..5], b"DBNW\x02");
+    let mut reloaded = StreamWindow::new(true, Topology::default());
+    reloaded.load(&again).expect("its version 2 dump");
+    assert_eq!(reloaded.waiting_events(), 1);
+    let (create, _) = packed(&[("c", 2, 2)]);
+    w.push_packed(&create).expect("read");
+    w.add(0);
+    w.release(0);
+    let out = String::from_utf8(w.core.out.clone()).expect("utf8");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    for part in [
+        "\"op\":\"update\"",
+        "\"key\":{\"id\":2}",
+        "\"old_key\":{\"id\":1}",
+        "\"key_changed\":true",
+        "\"before\":{\"id\":1,\"v\":\"b\"}",
+    ] {
+        assert!(out.contains(part), "{part} in {out}");
+    }
 }
 
 #[test]

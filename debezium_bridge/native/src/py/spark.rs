@@ -19,7 +19,7 @@ use crate::wire;
 use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, ListArray, StructArray};
+use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, ListArray, StructArray};
 use arrow_buffer::OffsetBuffer;
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -181,8 +181,10 @@ impl SparkDecoder {
         let n = s.len();
         // every event packed (`wire::pack`) into `staged`, its bucket and span in `spans`
         let mut staged: Vec<u8> = Vec::with_capacity(n * 512);
-        let mut spans: Vec<(u32, usize, usize)> = Vec::with_capacity(n);
-        let mut repeats: hashbrown::HashMap<u32, wire::Repeats> = hashbrown::HashMap::new();
+        let mut spans: Vec<(Packed, usize, usize)> = Vec::with_capacity(n);
+        // per bucket: what its open value's last event holds, that value and its size
+        let mut open: hashbrown::HashMap<u32, (wire::Repeats, u32, usize)> =
+            hashbrown::HashMap::new();
         let mut declined = Vec::new();
         let mut records = 0i64;
         let mut tombstones = 0i64;
@@ -270,24 +272,24 @@ impl SparkDecoder {
             let snapshot = event.is_snapshot_identity(incremental);
             let table_id = &interner.tables[event.table as usize].table_id;
             let bucket = wire::bucket(&event, table_id, snapshot, buckets);
+            let (repeats, value, size) = open.entry(bucket).or_default();
+            if *size >= PACKED_VALUE_BYTES {
+                (*repeats, *value, *size) = (wire::Repeats::default(), *value + 1, 0);
+            }
             buf.clear();
-            let repeated = repeats.entry(bucket).or_default();
-            wire::write(&mut buf, &event, &name, stamp, interner, repeated);
+            wire::write(&mut buf, &event, &name, stamp, interner, repeats);
             let start = staged.len();
             wire::pack(&mut staged, &buf, ms);
-            spans.push((bucket, start, staged.len()));
+            *size += staged.len() - start;
+            spans.push(((bucket, *value), start, staged.len()));
         }
         self.inner.declined_records += declined.len() as i64;
         self.inner.native_records += records;
-        let (bucket, events, payload) = packed_by_bucket(&staged, spans);
+        let (bucket, payload) = caught(|| packed_by_bucket(&staged, spans))?;
         let columns: Vec<(Arc<Field>, ArrayRef)> = vec![
             (
                 Arc::new(Field::new("bucket", DataType::Int32, false)),
                 Arc::new(bucket),
-            ),
-            (
-                Arc::new(Field::new("events", DataType::Int64, false)),
-                Arc::new(events),
             ),
             (
                 Arc::new(Field::new("payload", DataType::Binary, false)),
@@ -373,28 +375,37 @@ impl SparkDecoder {
     }
 }
 
-/// One row per state bucket of the events packed in `staged` (`spans`: bucket, start, end),
-/// in bucket order, the events of a bucket in the order they were read: the bucket, the
-/// number of events and their packed bytes.
+/// A packed value of the decode step: its state bucket and its number among the bucket's
+/// values of the batch.
+type Packed = (u32, u32);
+
+/// A bucket's packed value is closed once it holds this many bytes (its next event starts a
+/// new one): rows stay far below the JVM's 2 GB and shuffle blocks of a sensible size.
+const PACKED_VALUE_BYTES: usize = 16 << 20;
+
+/// One row per packed value of the events in `staged` (`spans`: value, start, end), in
+/// bucket order, the events of a value in the order they were read: the bucket and the
+/// packed bytes.
 fn packed_by_bucket(
     staged: &[u8],
-    mut spans: Vec<(u32, usize, usize)>,
-) -> (Int32Array, Int64Array, BinaryArray) {
-    spans.sort_by_key(|&(bucket, _, _)| bucket);
+    mut spans: Vec<(Packed, usize, usize)>,
+) -> PyResult<(Int32Array, BinaryArray)> {
+    spans.sort_by_key(|&(value, _, _)| value);
     let mut buckets = Int32Builder::new();
-    let mut events = Int64Builder::new();
     let mut values: Vec<u8> = Vec::with_capacity(staged.len());
     let mut offsets: Vec<i32> = vec![0];
     for run in spans.chunk_by(|a, b| a.0 == b.0) {
-        buckets.append_value(run[0].0 as i32);
-        events.append_value(run.len() as i64);
+        buckets.append_value(run[0].0 .0 as i32);
         for &(_, start, end) in run {
             values.extend_from_slice(&staged[start..end]);
         }
-        offsets.push(values.len() as i32);
+        let end = i32::try_from(values.len())
+            .map_err(|_| bad("the staged events of one batch exceed 2 GiB"))?;
+        offsets.push(end);
     }
-    let payload = BinaryArray::new(OffsetBuffer::new(offsets.into()), values.into(), None);
-    (buckets.finish(), events.finish(), payload)
+    let payload = BinaryArray::try_new(OffsetBuffer::new(offsets.into()), values.into(), None)
+        .map_err(|e| bad(&e.to_string()))?;
+    Ok((buckets.finish(), payload))
 }
 
 /// A replay mismatch: topic, partition, offset, timestamp, table_id, seq, op, key, before,
@@ -421,7 +432,8 @@ fn staged_events(
     let payloads = payloads
         .as_binary_opt::<i32>()
         .ok_or_else(|| bad("payload: binary"))?;
-    for packed in payloads.iter().flatten() {
+    for packed in payloads.iter() {
+        let packed = packed.ok_or_else(|| bad("a null staged value"))?;
         take(packed).map_err(|_| bad("a staged event that cannot be read"))?;
     }
     Ok(())
