@@ -185,28 +185,25 @@ impl StreamWindow {
 
     /// Take one staged event of this call on its own ([`wire::write`]) and its commit time.
     pub fn push(&mut self, data: &[u8], commit_ms: i64) -> Result<(), BadWire> {
-        let (event, timestamp) = self.read(data)?;
-        self.items.push(Item {
-            event,
-            commit_ms,
-            timestamp,
-        });
-        Ok(())
+        self.reader.begin();
+        self.take(data, commit_ms)
     }
 
     /// Take the staged events of one packed value of this call (the decode step's rows,
     /// [`wire::pack`]).
     pub fn push_packed(&mut self, packed: &[u8]) -> Result<(), BadWire> {
         self.reader.begin();
-        wire::unpack(packed, |data, commit_ms| {
-            let (event, timestamp) = self.read_next(data)?;
-            self.items.push(Item {
-                event,
-                commit_ms,
-                timestamp,
-            });
-            Ok(())
-        })
+        wire::unpack(packed, |data, commit_ms| self.take(data, commit_ms))
+    }
+
+    fn take(&mut self, data: &[u8], commit_ms: i64) -> Result<(), BadWire> {
+        let (event, timestamp) = self.read_next(data)?;
+        self.items.push(Item {
+            event,
+            commit_ms,
+            timestamp,
+        });
+        Ok(())
     }
 
     /// Transaction END records: (commit LSN, event_count, ms).

@@ -4,7 +4,7 @@
 //! a window fed (or loaded from) what could be read releases it without a panic either.
 
 use _native::decode::{Decoder, Input, Interner};
-use _native::event::SpareBuffers;
+use _native::event::{Event, SpareBuffers};
 use _native::schema::{BinaryMode, Options};
 use _native::stream::{StreamWindow, Topology};
 use _native::window::BatchWindow;
@@ -38,38 +38,59 @@ fn envelope(op: &str, id: i64, serial: i64, text: &str) -> (String, String) {
     (key, value)
 }
 
-fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
-    let (key, value) = envelope(op, id, serial, text);
-    let mut decoder = Decoder::new(Options::new(
-        "__debezium_unavailable_value",
-        BinaryMode::Bytes,
-    ));
-    let mut interner = Interner::default();
-    let input = Input {
-        topic: "srv.db.dbo.t",
-        topic_id: 0,
-        partition: 1,
-        offset: Some(7),
-        tp: 0,
-        key: Some(key.as_bytes()),
-        value: value.as_bytes(),
-        has_headers: false,
-        newkey: None,
-        oldkey: None,
-    };
-    let event = decoder
-        .decode(&input, &mut interner, &mut Default::default())
-        .expect("a valid envelope");
+/// `event` staged as topic `srv.db.dbo.t` with Kafka timestamp 1.
+fn written(event: &Event, interner: &Interner, repeats: &mut wire::Repeats) -> Vec<u8> {
     let mut out = Vec::new();
-    wire::write(
-        &mut out,
-        &event,
-        "srv.db.dbo.t",
-        Some(1),
-        &interner,
-        &mut Default::default(),
-    );
+    wire::write(&mut out, event, "srv.db.dbo.t", Some(1), interner, repeats);
     out
+}
+
+/// Events of table `t` decoded by one decoder, as the decode step reads them.
+struct Staging {
+    decoder: Decoder,
+    interner: Interner,
+}
+
+impl Staging {
+    fn new() -> Self {
+        let options = Options::new("__debezium_unavailable_value", BinaryMode::Bytes);
+        Staging {
+            decoder: Decoder::new(options),
+            interner: Interner::default(),
+        }
+    }
+
+    /// The event `(op, id, serial)` at `offset`, written (Kafka timestamp 1) after the event
+    /// `repeats` remembers.
+    fn write(
+        &mut self,
+        (op, id, serial, text): (&str, i64, i64, &str),
+        offset: i64,
+        repeats: &mut wire::Repeats,
+    ) -> Vec<u8> {
+        let (key, value) = envelope(op, id, serial, text);
+        let input = Input {
+            topic: "srv.db.dbo.t",
+            topic_id: 0,
+            partition: 1,
+            offset: Some(offset),
+            tp: 0,
+            key: Some(key.as_bytes()),
+            value: value.as_bytes(),
+            has_headers: false,
+            newkey: None,
+            oldkey: None,
+        };
+        let event = self
+            .decoder
+            .decode(&input, &mut self.interner, &mut Default::default())
+            .expect("a valid envelope");
+        written(&event, &self.interner, repeats)
+    }
+}
+
+fn staged_with(op: &str, id: i64, serial: i64, text: &str) -> Vec<u8> {
+    Staging::new().write((op, id, serial, text), 7, &mut Default::default())
 }
 
 proptest! {
@@ -125,15 +146,7 @@ fn an_update_mask_travels_with_the_event() {
         .event;
     assert!(event.changed.is_none());
     event.changed = Some(vec!["v".to_string()].into());
-    let mut out = Vec::new();
-    wire::write(
-        &mut out,
-        &event,
-        "srv.db.dbo.t",
-        Some(1),
-        &interner,
-        &mut Default::default(),
-    );
+    let out = written(&event, &interner, &mut Default::default());
     let read = wire::Reader::default()
         .read(&out, &mut interner, &mut SpareBuffers::default())
         .expect("readable");
@@ -155,50 +168,14 @@ fn events_beyond_64k_keep_their_member_spans() {
 /// The events `(op, id, serial)` decoded by one decoder and packed into one value as the
 /// decode step packs a bucket's events (commit time 5 each), and each written on its own.
 fn packed(events: &[(&str, i64, i64)]) -> (Vec<u8>, Vec<Vec<u8>>) {
-    let mut decoder = Decoder::new(Options::new(
-        "__debezium_unavailable_value",
-        BinaryMode::Bytes,
-    ));
-    let mut interner = Interner::default();
+    let (mut staging, mut apart) = (Staging::new(), Staging::new());
     let mut repeats = wire::Repeats::default();
     let (mut out, mut singles) = (Vec::new(), Vec::new());
     for (offset, &(op, id, serial)) in events.iter().enumerate() {
-        let (key, value) = envelope(op, id, serial, "b");
-        let input = Input {
-            topic: "srv.db.dbo.t",
-            topic_id: 0,
-            partition: 1,
-            offset: Some(offset as i64),
-            tp: 0,
-            key: Some(key.as_bytes()),
-            value: value.as_bytes(),
-            has_headers: false,
-            newkey: None,
-            oldkey: None,
-        };
-        let event = decoder
-            .decode(&input, &mut interner, &mut Default::default())
-            .expect("a valid envelope");
-        let (mut data, mut single) = (Vec::new(), Vec::new());
-        wire::write(
-            &mut data,
-            &event,
-            "srv.db.dbo.t",
-            Some(1),
-            &interner,
-            &mut repeats,
-        );
+        let event = (op, id, serial, "b");
+        let data = staging.write(event, offset as i64, &mut repeats);
         wire::pack(&mut out, &data, 5);
-        let fresh = &mut wire::Repeats::default();
-        wire::write(
-            &mut single,
-            &event,
-            "srv.db.dbo.t",
-            Some(1),
-            &interner,
-            fresh,
-        );
-        singles.push(single);
+        singles.push(apart.write(event, offset as i64, &mut Default::default()));
     }
     (out, singles)
 }
@@ -286,31 +263,12 @@ fn waiting_events_of_a_packed_value_are_kept_on_their_own() {
     let mut later = StreamWindow::new(true, Topology::default());
     later.load(&state).expect("a state of its own events");
     assert_eq!(later.waiting_events(), 1);
-    let (create, _) = packed(&[("c", 2, 2)]);
-    later.push_packed(&create).expect("read");
-    later.add(0);
-    later.release(0);
-    let out = String::from_utf8(later.core.out.clone()).expect("utf8");
-    assert_eq!(out.lines().count(), 1, "{out}");
-    assert!(out.contains("\"op\":\"update\""), "{out}");
-    assert!(out.contains("\"key_changed\":true"), "{out}");
-    assert!(out.contains("\"old_key\":{\"id\":1}"), "{out}");
+    pairs_with_a_create(&mut later);
 }
 
-/// A state the native core wrote at commit 5d6b823 (state version 1, its waiting delete in
-/// wire format 1), by `tests/data/stream-state-v1.py` with that commit's extension.
-const STATE_V1: &[u8] = include_bytes!("data/stream-state-v1.bin");
-
-#[test]
-fn a_state_of_the_previous_version_loads_and_its_delete_pairs() {
-    let mut w = StreamWindow::new(true, Topology::default());
-    w.load(STATE_V1).expect("a version 1 state");
-    assert_eq!(w.waiting_events(), 1);
-    let again = w.dump();
-    assert_eq!(&again[..5], b"DBNW\x02");
-    let mut reloaded = StreamWindow::new(true, Topology::default());
-    reloaded.load(&again).expect("its version 2 dump");
-    assert_eq!(reloaded.waiting_events(), 1);
+/// A window whose one waiting event is the delete of key 1: a create of key 2 in the same
+/// position group (serial 2) comes in, and the two leave as one key change.
+fn pairs_with_a_create(w: &mut StreamWindow) {
     let (create, _) = packed(&[("c", 2, 2)]);
     w.push_packed(&create).expect("read");
     w.add(0);
@@ -328,6 +286,23 @@ fn a_state_of_the_previous_version_loads_and_its_delete_pairs() {
     }
 }
 
+/// A state the native core wrote at commit 5d6b823 (state version 1, its waiting delete in
+/// wire format 1), by `tests/data/stream-state-v1.py` with that commit's extension.
+const STATE_V1: &[u8] = include_bytes!("data/stream-state-v1.bin");
+
+#[test]
+fn a_state_of_the_previous_version_loads_and_its_delete_pairs() {
+    let mut w = StreamWindow::new(true, Topology::default());
+    w.load(STATE_V1).expect("a version 1 state");
+    assert_eq!(w.waiting_events(), 1);
+    let again = w.dump();
+    assert_eq!(&again[..5], b"DBNW\x02");
+    let mut reloaded = StreamWindow::new(true, Topology::default());
+    reloaded.load(&again).expect("its version 2 dump");
+    assert_eq!(reloaded.waiting_events(), 1);
+    pairs_with_a_create(&mut w);
+}
+
 #[test]
 fn events_of_version_1_still_read() {
     // a streaming state written before packed values keeps its waiting events as version 1:
@@ -341,16 +316,11 @@ fn events_of_version_1_still_read() {
     let mut reader = wire::Reader::default();
     let a = reader.read(&single, &mut interner, &mut spare).expect("v2");
     let b = reader.read(&old, &mut interner, &mut spare).expect("v1");
-    let mut again = Vec::new();
-    wire::write(
-        &mut again,
-        &b.event,
-        "srv.db.dbo.t",
-        b.timestamp,
-        &interner,
-        &mut Default::default(),
+    assert_eq!(b.timestamp, Some(1));
+    assert_eq!(
+        written(&b.event, &interner, &mut Default::default()),
+        single
     );
-    assert_eq!(again, single);
     assert_eq!(a.event.key_bytes(), b.event.key_bytes());
     old[0] = 3;
     assert!(reader.read(&old, &mut interner, &mut spare).is_err());

@@ -25,7 +25,8 @@ columns = pa.StructArray.from_arrays(
     names=["key", "value", "topic", "partition", "offset", "timestamp", "headers"])
 decoder = _native.SparkDecoder(placeholder="__debezium_unavailable_value", binary_mode="bytes",
                                table_schemas=[])
-staged, declined, _counts, _clock = decoder.decode(columns, 1)  # 5d6b823: bucket, commit_ms, payload
+# at 5d6b823 the staged rows are per event: bucket, commit_ms, payload
+staged, declined, _counts, _clock = decoder.decode(columns, 1)
 rows = pa.record_batch(staged)
 assert not declined and rows.num_rows == 1, (declined, rows)
 window = _native.StreamRelease(None, True, {}, None)  # type: ignore[attr-defined]
