@@ -34,9 +34,8 @@ steps run on the native core (:func:`native_translate`; ``TranslateConfig.native
 stages events in the native core's own form, packed: one row per bucket and Arrow batch
 (:data:`PACKED_ROW`, a new one past 16 MiB), each event leaving out the table, topic,
 snapshot marker and source texts it shares with the event before it, so the shuffle moves a
-few large values, not a row per event; streaming,
-it also tracks each partition's progress (merged with the Python tracker's offsets and
-declined rows). The release step hands each
+few large values, not a row per event; streaming, it also tracks each partition's progress
+(merged with the Python tracker's offsets and declined rows). The release step hands each
 bucket's events to ``release_batch`` (batch: the rules of
 :class:`~debezium_bridge.core.windowed.WindowState` for a whole input) or to ``StreamRelease``
 (streaming: all of its rules, its state as bytes in Spark's state store), which write the output

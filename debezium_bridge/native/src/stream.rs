@@ -111,8 +111,8 @@ struct Group {
     /// identity and the image digest of its first copy (`None`: converted state without one)
     seen: Vec<(u128, Option<u64>)>,
     waiting: Vec<Box<Event>>,
-    /// the staged bytes of each waiting event (what the state keeps)
-    raw: Vec<Vec<u8>>,
+    /// the Kafka timestamp of each waiting event (the state keeps it with the event's bytes)
+    stamps: Vec<Option<i64>>,
     topic: Arc<str>,
 }
 
@@ -280,7 +280,7 @@ impl StreamWindow {
                     commit_ms: item.commit_ms,
                     seen: Vec::new(),
                     waiting: Vec::new(),
-                    raw: Vec::new(),
+                    stamps: Vec::new(),
                     topic,
                 }),
             };
@@ -305,22 +305,11 @@ impl StreamWindow {
                 ready.push(e);
                 continue;
             }
-            // what the state keeps: the event on its own (its call's bytes may lean on the
-            // event before it in their packed value)
-            let mut raw = Vec::new();
-            wire::write(
-                &mut raw,
-                &e,
-                &self.core.topics[e.origin.topic as usize],
-                item.timestamp,
-                &self.core.interner,
-                &mut wire::Repeats::default(),
-            );
             group.waiting.push(e);
-            group.raw.push(raw);
+            group.stamps.push(item.timestamp);
             self.counts.pending += 1;
             if let Some((d, c)) = complete_pair(&mut group.waiting) {
-                group.raw.clear();
+                group.stamps.clear();
                 self.counts.pending -= 2;
                 self.core.emit(vec![d, c]);
             }
@@ -498,6 +487,7 @@ impl StreamWindow {
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
+        let mut event = Vec::with_capacity(1024);
         let mut keys: Vec<&GroupKey> = self.groups.keys().collect();
         keys.sort();
         put_u32(&mut out, keys.len() as u32);
@@ -514,9 +504,15 @@ impl StreamWindow {
                 put_u128(&mut out, *id);
                 wire::put_opt_i64(&mut out, digest.map(|d| d as i64));
             }
-            put_u32(&mut out, g.raw.len() as u32);
-            for raw in &g.raw {
-                put_bytes(&mut out, raw);
+            // each waiting event on its own (its call's bytes may lean on the event before it
+            // in their packed value)
+            put_u32(&mut out, g.waiting.len() as u32);
+            for (e, stamp) in g.waiting.iter().zip(&g.stamps) {
+                event.clear();
+                let topic = &self.core.topics[e.origin.topic as usize];
+                let fresh = &mut wire::Repeats::default();
+                wire::write(&mut event, e, topic, *stamp, &self.core.interner, fresh);
+                put_bytes(&mut out, &event);
             }
         }
         put_u32(&mut out, self.marks.len() as u32);
@@ -581,19 +577,19 @@ impl StreamWindow {
                 let id = c.u128()?;
                 seen.push((id, c.opt_i64()?.map(|d| d as u64)));
             }
-            let raw_n = c.u32()?;
+            let waiting_n = c.u32()?;
             let mut waiting = Vec::new();
-            let mut raw = Vec::new();
-            for _ in 0..raw_n {
-                let bytes = c.bytes()?;
-                waiting.push(self.read(bytes)?.0);
-                raw.push(bytes.to_vec());
+            let mut stamps = Vec::new();
+            for _ in 0..waiting_n {
+                let (e, stamp) = self.read(c.bytes()?)?;
+                waiting.push(e);
+                stamps.push(stamp);
             }
             let group = Group {
                 commit_ms,
                 seen,
                 waiting,
-                raw,
+                stamps,
                 topic: topic.into(),
             };
             self.insert_group((table_id, commit, snapshot, local), group, topic);
@@ -673,14 +669,14 @@ impl StreamWindow {
         };
         let key: GroupKey = (g.table_id.into(), g.commit, u8::from(g.snapshot), local);
         let mut waiting = Vec::with_capacity(g.waiting.len());
-        let mut raw = Vec::with_capacity(g.waiting.len());
+        let mut stamps = Vec::with_capacity(g.waiting.len());
         let mut digests = hashbrown::HashMap::new();
         for bytes in g.waiting {
-            let (e, _) = self.read(bytes)?;
+            let (e, stamp) = self.read(bytes)?;
             let id = identity(&key, e.sort_serial(), e.op, e.key_bytes());
             digests.insert(id, image_digest(&e));
             waiting.push(e);
-            raw.push(bytes.to_vec());
+            stamps.push(stamp);
         }
         let seen = g
             .seen
@@ -694,7 +690,7 @@ impl StreamWindow {
             commit_ms: g.commit_ms,
             seen,
             waiting,
-            raw,
+            stamps,
             topic: g.topic.into(),
         };
         self.insert_group(key, group, g.topic);

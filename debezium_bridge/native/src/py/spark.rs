@@ -2,8 +2,8 @@
 //!
 //! * [`SparkDecoder`] (decode step, `mapInArrow`): the Kafka columns of one Arrow batch in one
 //!   call, decoded natively into staged rows: one per state bucket, its events as
-//!   [`crate::wire`] bytes packed by [`wire::pack`]; the rows it declines are returned by index for the Python
-//!   decoder, whose events come back through [`SparkDecoder::wire`].
+//!   [`crate::wire`] bytes packed by [`wire::pack`]; the rows it declines are returned by
+//!   index for the Python decoder, whose events come back through [`SparkDecoder::wire`].
 //! * [`release_batch`] (release step, `applyInArrow` of a batch DataFrame): one bucket's staged
 //!   events through [`crate::window::BatchWindow`], out as one Arrow batch of output rows
 //!   (canonical format).
@@ -121,9 +121,9 @@ impl SparkDecoder {
     /// Decode one batch: `columns` is a struct array (`key` binary, `value` binary, `topic`
     /// string, `partition` int32, `offset` int64, `timestamp` int64 epoch ms, `headers`
     /// list<struct<key string, value binary>>). Returns the staged rows of the events decoded
-    /// here, one per state bucket in bucket order (`bucket` int32, `events` int64, `payload`
-    /// binary: the events packed by [`wire::pack`] with their commit times, in the order they
-    /// were read), the indexes of the rows left to the Python decoder, `(records, tombstones)`
+    /// here, one per packed value in bucket order (`bucket` int32, `payload` binary: the
+    /// events packed by [`wire::pack`] with their commit times, in the order they were read;
+    /// a bucket's value is closed at [`PACKED_VALUE_BYTES`]), the indexes of the rows left to the Python decoder, `(records, tombstones)`
     /// handled here and the highest commit time.
     fn decode(
         &mut self,
