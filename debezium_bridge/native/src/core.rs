@@ -421,6 +421,10 @@ pub struct Core {
     /// Per record line: the spans in `out` of the JSON tokens of op, table_id, seq, commit_ts,
     /// key and event_id (for the Arrow view).
     pub spans: Vec<[(u32, u32); 6]>,
+    /// Per record line: the end in `lineage` of its lineage (the Kafka records it came from).
+    pub lineage_ends: Vec<u32>,
+    /// The lineage of every record line, one after the other.
+    pub lineage: Vec<crate::event::Origin>,
     current: [(u32, u32); 6],
     /// Scratch for the identity bytes of an event id.
     ident: Vec<u8>,
@@ -496,12 +500,19 @@ impl Core {
             out_records: 0,
             line_ends: Vec::new(),
             spans: Vec::new(),
+            lineage_ends: Vec::new(),
+            lineage: Vec::new(),
             current: [(0, 0); 6],
             ident: Vec::with_capacity(128),
             second_texts: SecondTexts::default(),
             tail_text: (None, Vec::new()),
             spare_groups: Vec::new(),
         }
+    }
+
+    /// Topic `id`'s name as a JSON string.
+    pub fn topic_json(&self, id: u32) -> &[u8] {
+        &self.topic_json[id as usize]
     }
 
     pub fn topic(&mut self, name: &str) -> u32 {
@@ -1215,6 +1226,8 @@ impl Core {
         self.out_records += 1;
         self.line_ends.push(out.len());
         self.spans.push(self.current);
+        self.lineage.extend(lineage.iter().map(|l| l.origin));
+        self.lineage_ends.push(self.lineage.len() as u32);
     }
 
     /// `write_tail`'s text from `tx` to `event_id`'s name.
@@ -1274,6 +1287,8 @@ impl Core {
         }
         self.line_ends.clear();
         self.spans.clear();
+        self.lineage_ends.clear();
+        self.lineage.clear();
         std::mem::take(&mut self.out_records)
     }
 

@@ -14,7 +14,7 @@ pub struct Image {
 
 /// What the event came from: the Kafka coordinates, and (for dead letters and lineage) the
 /// record itself when it has to be kept.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Origin {
     pub topic: u32,
     pub partition: i32,

@@ -8,6 +8,27 @@
 //!   `-5..=15` (`0.00001`, `1000000000000000.0`) and in scientific notation otherwise, without
 //!   a `+` or zero padding in the exponent (`1e16`, `1.5e-7`).
 
+use std::borrow::Cow;
+
+/// The bytes of a JSON token written as above (`span`: its place in `out`): a string's text
+/// unescaped (borrowed when it has no escapes, as nearly all the core writes), `None` for
+/// `null` (and a string that does not unescape), anything else as written. UTF-8 is left to
+/// the caller.
+pub(crate) fn token_bytes(out: &[u8], span: (u32, u32)) -> Option<Cow<'_, [u8]>> {
+    let raw = &out[span.0 as usize..span.1 as usize];
+    match raw {
+        b"null" => None,
+        [b'"', inner @ .., b'"'] if memchr::memchr(b'\\', inner).is_none() => {
+            Some(Cow::Borrowed(inner))
+        }
+        [b'"', ..] => match crate::value::unescape(std::str::from_utf8(raw).ok()?).ok()? {
+            Cow::Borrowed(text) => Some(Cow::Borrowed(text.as_bytes())),
+            Cow::Owned(text) => Some(Cow::Owned(text.into_bytes())),
+        },
+        _ => Some(Cow::Borrowed(raw)),
+    }
+}
+
 /// The escape of each byte value: 0 = written as is.
 static ESCAPE: [u8; 256] = {
     let mut table = [0u8; 256];

@@ -112,27 +112,55 @@ pub(crate) fn mismatch_of(core: &Core, e: &Event, timestamp: Option<i64>) -> Mis
 
 /// The indexes of the records `core` wrote, in (seq, event_id) order.
 pub fn sorted_lines(core: &Core) -> Vec<usize> {
-    let out = &core.out;
-    let text = |span: (u32, u32)| -> std::borrow::Cow<'_, [u8]> {
-        let raw = &out[span.0 as usize..span.1 as usize];
-        match std::str::from_utf8(raw)
-            .ok()
-            .and_then(|s| crate::value::unescape(s).ok())
-        {
-            Some(std::borrow::Cow::Borrowed(s)) => std::borrow::Cow::Borrowed(s.as_bytes()),
-            Some(std::borrow::Cow::Owned(s)) => std::borrow::Cow::Owned(s.into_bytes()),
-            None => std::borrow::Cow::Borrowed(raw),
-        }
-    };
+    let text = |span| crate::jsonw::token_bytes(&core.out, span).unwrap_or_default();
     let keys: Vec<_> = core
         .spans
         .iter()
         .map(|s| (text(s[2]), text(s[5])))
         .collect();
+    stable_order(&keys)
+}
+
+/// The indexes of `keys` in stable sorted order. The core writes its lines in a few ascending
+/// runs (released groups in order, then what waited), so up to [`MERGED_RUNS`] runs are merged
+/// one after the other (linear per run); more are sorted.
+fn stable_order<K: Ord>(keys: &[K]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+    let ends: Vec<usize> = keys
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w[0] > w[1])
+        .map(|(i, _)| i + 1)
+        .collect();
+    if ends.len() >= MERGED_RUNS {
+        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
+        return order;
+    }
+    let mut merged: Vec<usize> = Vec::with_capacity(keys.len());
+    let bounds: Vec<usize> = ends.into_iter().chain([keys.len()]).collect();
+    for run in bounds.windows(2) {
+        let (start, end) = (run[0], run[1]);
+        merged.clear();
+        let (mut i, mut j) = (0, start);
+        while i < start && j < end {
+            // ties keep the earlier line first
+            if keys[order[i]] <= keys[j] {
+                merged.push(order[i]);
+                i += 1;
+            } else {
+                merged.push(j);
+                j += 1;
+            }
+        }
+        merged.extend_from_slice(&order[i..start]);
+        merged.extend(j..end);
+        order[..end].copy_from_slice(&merged);
+    }
     order
 }
+
+/// How many ascending runs of output lines [`stable_order`] merges before it sorts instead.
+const MERGED_RUNS: usize = 8;
 
 /// The indexes of `events` in `_arrival_order`: position order; copies of one event (replays)
 /// by their Kafka coordinates (`topic` ranks a topic id as its name sorts), so the same copy
@@ -524,5 +552,28 @@ pub(crate) mod tests {
         assert_eq!(w.counts.replay_mismatches, 1);
         assert_eq!(w.mismatches[0].offset, Some(2));
         assert_eq!(w.mismatches[0].timestamp, Some(5));
+    }
+
+    proptest::proptest! {
+        /// Merged runs or a sort: the order a stable sort gives, for few and many runs.
+        #[test]
+        fn stable_order_is_a_stable_sort(
+            keys in proptest::collection::vec(0u8..6, 0..300),
+            runs in 1usize..12,
+        ) {
+            // (key, tag) pairs in about `runs` ascending runs; tags repeat, so ties test stability
+            let chunk = keys.len() / runs + 1;
+            let mut lines: Vec<(u8, usize)> = Vec::new();
+            for part in keys.chunks(chunk) {
+                let mut part = part.to_vec();
+                part.sort();
+                for k in part {
+                    lines.push((k, lines.len() % 3));
+                }
+            }
+            let mut expected: Vec<usize> = (0..lines.len()).collect();
+            expected.sort_by(|&a, &b| lines[a].cmp(&lines[b]));
+            proptest::prop_assert_eq!(stable_order(&lines), expected);
+        }
     }
 }

@@ -14,12 +14,13 @@
 use super::NativeCore;
 use crate::arrow::ArrowBatch;
 use crate::decode::Input;
+use crate::jsonw::token_bytes;
 use crate::window::BatchWindow;
 use crate::wire;
 use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, ListArray, StructArray};
+use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, ListArray, StringArray, StructArray};
 use arrow_buffer::OffsetBuffer;
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -770,146 +771,100 @@ fn is_native_state(data: &[u8]) -> bool {
     crate::stream::is_native_state(data)
 }
 
-/// The text of a JSON string token (`None` for `null`).
-fn token(out: &[u8], span: (u32, u32)) -> Option<String> {
-    let raw = out.get(span.0 as usize..span.1 as usize)?;
-    if raw == b"null" {
-        return None;
-    }
-    let text = std::str::from_utf8(raw).ok()?;
-    crate::value::unescape(text).ok().map(|c| c.into_owned())
-}
-
-/// The end of the JSON string token starting at `at` (a `"`), one past its closing quote.
-fn string_end(line: &[u8], at: usize) -> Option<usize> {
-    if line.get(at) != Some(&b'"') {
-        return None;
-    }
-    let mut i = at + 1;
-    while i < line.len() {
-        match line[i] {
-            b'\\' => i += 2,
-            b'"' => return Some(i + 1),
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-/// The lineage of a canonical line as the output header writes it (`[[topic, partition,
-/// offset], ...]`, msgspec's JSON of tuples) and its last entry.
-fn lineage(line: &[u8], event_id_at: usize) -> Option<(Vec<u8>, String, i32, Option<i64>)> {
-    const START: &[u8] = b",\"lineage\":[";
-    let head = &line[..event_id_at];
-    let start = memchr::memmem::rfind(head, START)? + START.len();
-    let mut i = start;
-    let mut json = vec![b'['];
-    let mut last = None;
-    loop {
-        if line.get(i) == Some(&b']') {
-            break;
-        }
-        if line.get(i) == Some(&b',') {
-            json.push(b',');
-            i += 1;
-        }
-        const TOPIC: &[u8] = b"{\"topic\":";
-        if !line.get(i..)?.starts_with(TOPIC) {
-            return None;
-        }
-        i += TOPIC.len();
-        let end = string_end(line, i)?;
-        let topic_token = &line[i..end];
-        i = end;
-        const PARTITION: &[u8] = b",\"partition\":";
-        if !line.get(i..)?.starts_with(PARTITION) {
-            return None;
-        }
-        i += PARTITION.len();
-        let p_end = i + line.get(i..)?.iter().position(|&b| b == b',')?;
-        let partition_text = &line[i..p_end];
-        i = p_end;
-        const OFFSET: &[u8] = b",\"offset\":";
-        if !line.get(i..)?.starts_with(OFFSET) {
-            return None;
-        }
-        i += OFFSET.len();
-        let o_end = i + line.get(i..)?.iter().position(|&b| b == b'}')?;
-        let offset_text = &line[i..o_end];
-        i = o_end + 1;
-        json.push(b'[');
-        json.extend_from_slice(topic_token);
-        json.push(b',');
-        json.extend_from_slice(partition_text);
-        json.push(b',');
-        json.extend_from_slice(offset_text);
-        json.push(b']');
-        let topic = crate::value::unescape(std::str::from_utf8(topic_token).ok()?)
-            .ok()?
-            .into_owned();
-        let partition: i32 = std::str::from_utf8(partition_text).ok()?.parse().ok()?;
-        let offset: Option<i64> = if offset_text == b"null" {
-            None
-        } else {
-            Some(std::str::from_utf8(offset_text).ok()?.parse().ok()?)
-        };
-        last = Some((topic, partition, offset));
-    }
-    json.push(b']');
-    let (topic, partition, offset) = last?;
-    Some((json, topic, partition, offset))
-}
-
 /// The output rows (`spark.translate.OUTPUT_COLUMNS`) of the records written, in (seq,
 /// event_id) order: canonical format, topic `<source topic>.canonical`, the event id, seq
-/// and lineage headers.
+/// and lineage headers (the lineage as `[[topic, partition, offset], ...]`, msgspec's JSON of
+/// the reference's tuples), the source coordinates of the lineage's last record.
 fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
     let out = &core.out;
     let order = crate::window::sorted_lines(core);
     let n = order.len();
-    let mut strings: Vec<StringBuilder> = (0..8)
-        .map(|_| StringBuilder::with_capacity(n, n * 24))
+    let span_bytes =
+        |k: usize| -> usize { core.spans.iter().map(|s| (s[k].1 - s[k].0) as usize).sum() };
+    let topic_names: Vec<&str> = core.topics.iter().map(|t| &**t).collect();
+    let canonical_topics: Vec<String> = topic_names
+        .iter()
+        .map(|t| format!("{t}.canonical"))
         .collect();
-    let mut key = BinaryBuilder::with_capacity(n, n * 16);
+    let lineage_bytes: usize = core
+        .lineage
+        .iter()
+        .map(|o| core.topic_json(o.topic).len() + 48)
+        .sum();
+    let mut kind = StringBuilder::with_capacity(n, n * 6);
+    let mut format = StringBuilder::with_capacity(n, n * 9);
+    let mut event_ids = BinaryBuilder::with_capacity(n, span_bytes(5));
+    let mut tables = BinaryBuilder::with_capacity(n, span_bytes(1));
+    let mut ops = BinaryBuilder::with_capacity(n, span_bytes(0));
+    let mut seqs = BinaryBuilder::with_capacity(n, span_bytes(2));
+    let mut commit_ts = BinaryBuilder::with_capacity(n, span_bytes(3));
+    let mut topics = StringBuilder::with_capacity(n, lineage_bytes);
+    let mut key = BinaryBuilder::with_capacity(n, span_bytes(4));
     let mut value = BinaryBuilder::with_capacity(n, out.len());
-    let mut header_names = StringBuilder::with_capacity(3 * n, 3 * n * 24);
-    let mut header_values = BinaryBuilder::with_capacity(3 * n, n * 160);
-    let mut source_topic = StringBuilder::with_capacity(n, n * 16);
+    let mut header_names = StringBuilder::with_capacity(3 * n, n * 70);
+    let mut header_values =
+        BinaryBuilder::with_capacity(3 * n, span_bytes(5) + span_bytes(2) + lineage_bytes);
+    let mut source_topic = StringBuilder::with_capacity(n, lineage_bytes);
     let mut source_partition = Int32Builder::with_capacity(n);
     let mut source_offset = Int64Builder::with_capacity(n);
     let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
     offsets.push(0);
+    let mut lineage_json: Vec<u8> = Vec::with_capacity(256);
     for &i in &order {
         let spans = &core.spans[i];
         let start = if i == 0 { 0 } else { core.line_ends[i - 1] };
         let end = core.line_ends[i] - 1;
-        let line = &out[start..end];
-        let rel = |s: (u32, u32)| (s.0 - start as u32, s.1 - start as u32);
-        let event_id = token(out, spans[5]).ok_or_else(|| bad("event id"))?;
-        let seq = token(out, spans[2]).ok_or_else(|| bad("seq"))?;
-        let (lineage_json, topic, partition, offset) =
-            lineage(line, rel(spans[5]).0 as usize).ok_or_else(|| bad("lineage"))?;
-        strings[0].append_value("change");
-        strings[1].append_value("canonical");
-        strings[2].append_value(&event_id);
-        strings[3].append_option(token(out, spans[1]));
-        strings[4].append_option(token(out, spans[0]));
-        strings[5].append_value(&seq);
-        strings[6].append_option(token(out, spans[3]));
-        strings[7].append_value(format!("{topic}.canonical"));
+        let from = if i == 0 {
+            0
+        } else {
+            core.lineage_ends[i - 1] as usize
+        };
+        let lineage = &core.lineage[from..core.lineage_ends[i] as usize];
+        let last = lineage.last().ok_or_else(|| bad("lineage"))?;
+        let event_id = token_bytes(out, spans[5]).ok_or_else(|| bad("event id"))?;
+        let seq = token_bytes(out, spans[2]).ok_or_else(|| bad("seq"))?;
+        lineage_json.clear();
+        lineage_json.push(b'[');
+        for (k, origin) in lineage.iter().enumerate() {
+            if k > 0 {
+                lineage_json.push(b',');
+            }
+            lineage_json.push(b'[');
+            lineage_json.extend_from_slice(core.topic_json(origin.topic));
+            lineage_json.push(b',');
+            crate::jsonw::write_i64(&mut lineage_json, origin.partition as i64);
+            lineage_json.push(b',');
+            crate::jsonw::write_opt_i64(&mut lineage_json, origin.offset);
+            lineage_json.push(b']');
+        }
+        lineage_json.push(b']');
+        kind.append_value("change");
+        format.append_value("canonical");
+        event_ids.append_value(&event_id);
+        tables.append_option(token_bytes(out, spans[1]));
+        ops.append_option(token_bytes(out, spans[0]));
+        seqs.append_value(&seq);
+        commit_ts.append_option(token_bytes(out, spans[3]));
+        topics.append_value(&canonical_topics[last.topic as usize]);
         key.append_value(&out[spans[4].0 as usize..spans[4].1 as usize]);
-        value.append_value(line);
+        value.append_value(&out[start..end]);
         header_names.append_value("debezium_bridge.event_id");
-        header_values.append_value(event_id.as_bytes());
+        header_values.append_value(&event_id);
         header_names.append_value("debezium_bridge.seq");
-        header_values.append_value(seq.as_bytes());
+        header_values.append_value(&seq);
         header_names.append_value("debezium_bridge.lineage");
         header_values.append_value(&lineage_json);
         offsets.push(offsets[offsets.len() - 1] + 3);
-        source_topic.append_value(&topic);
-        source_partition.append_value(partition);
-        source_offset.append_option(offset);
+        source_topic.append_value(topic_names[last.topic as usize]);
+        source_partition.append_value(last.partition);
+        source_offset.append_option(last.offset);
     }
+    // the tokens' bytes, checked as UTF-8 once per column
+    let text = |mut b: BinaryBuilder| -> PyResult<ArrayRef> {
+        Ok(Arc::new(
+            StringArray::try_from_binary(b.finish()).map_err(|e| bad(&e.to_string()))?,
+        ))
+    };
     let item_fields = Fields::from(vec![
         Field::new("key", DataType::Utf8, true),
         Field::new("value", DataType::Binary, true),
@@ -930,25 +885,15 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
         None,
     )
     .map_err(|e| bad(&e.to_string()))?;
-    let names = [
-        "kind",
-        "format",
-        "event_id",
-        "table",
-        "op",
-        "seq",
-        "commit_ts",
-        "topic",
-    ];
-    let mut columns: Vec<(Arc<Field>, ArrayRef)> = names
-        .iter()
-        .zip(strings.iter_mut())
-        .map(|(name, b)| {
-            let a: ArrayRef = Arc::new(b.finish());
-            (Arc::new(Field::new(*name, DataType::Utf8, true)), a)
-        })
-        .collect();
-    let more: Vec<(&str, ArrayRef)> = vec![
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("kind", Arc::new(kind.finish())),
+        ("format", Arc::new(format.finish())),
+        ("event_id", text(event_ids)?),
+        ("table", text(tables)?),
+        ("op", text(ops)?),
+        ("seq", text(seqs)?),
+        ("commit_ts", text(commit_ts)?),
+        ("topic", Arc::new(topics.finish())),
         ("key", Arc::new(key.finish())),
         ("value", Arc::new(value.finish())),
         ("headers", Arc::new(headers)),
@@ -956,10 +901,12 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
         ("source_partition", Arc::new(source_partition.finish())),
         ("source_offset", Arc::new(source_offset.finish())),
     ];
-    for (name, a) in more {
-        columns.push((Arc::new(Field::new(name, a.data_type().clone(), true)), a));
-    }
-    Ok(ArrowBatch::new(StructArray::from(columns)))
+    Ok(ArrowBatch::new(StructArray::from(
+        columns
+            .into_iter()
+            .map(|(name, a)| (Arc::new(Field::new(name, a.data_type().clone(), true)), a))
+            .collect::<Vec<_>>(),
+    )))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
