@@ -40,8 +40,10 @@ bucket's events to ``release_batch`` (batch: the rules of
 :class:`~debezium_bridge.core.windowed.WindowState` for a whole input) or to ``StreamRelease``
 (streaming: all of its rules, its state as bytes in Spark's state store), which write the output
 rows as one Arrow batch (``canonical``; other formats through the output layer from its
-canonical records). Typed outputs run the Python steps. A streaming checkpoint written by the
-Python steps is taken over by the native ones (its waiting events, marks and transaction
+canonical records). Their change rows leave ``headers`` null and carry a ``lineage`` column:
+the last step writes the :data:`NATIVE_HEADERS` in the JVM, so no nested column crosses
+between Python and the JVM. Typed outputs run the Python steps. A streaming checkpoint written
+by the Python steps is taken over by the native ones (its waiting events, marks and transaction
 records); one written by the native steps stops the Python steps with an error naming
 ``translate.native``.
 
@@ -126,8 +128,15 @@ waiting events each release rule let go (:data:`~debezium_bridge.core.windowed.R
 a dead-letter row) is a term of the sum: the decode step's ``dead_letters`` does not hold them."""
 _STAGE_SCHEMA = ("bucket int, kind tinyint, commit_ms long, clock timestamp, payload binary, "
                  "columns binary, " + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
-_RELEASE_SCHEMA = OUTPUT_SCHEMA + ", " + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS)
-_RELEASE_COLUMNS = [name for name, _ in OUTPUT_COLUMNS] + [f"n_{n}" for n in RELEASE_COUNTERS]
+NATIVE_HEADERS = ("debezium_bridge.event_id", "debezium_bridge.seq", "debezium_bridge.lineage")
+"""The headers of a change row the native release writes (canonical format), in order: its
+``event_id`` and ``seq`` columns' text and its ``lineage`` column. The native release leaves
+``headers`` null and :func:`translate` writes them in the JVM, so no nested column crosses
+between Python and the JVM (streaming, PySpark converts one in a Python loop per row)."""
+_RELEASE_SCHEMA = (OUTPUT_SCHEMA + ", lineage binary, "
+                   + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS))
+_RELEASE_COLUMNS = ([name for name, _ in OUTPUT_COLUMNS] + ["lineage"]
+                    + [f"n_{n}" for n in RELEASE_COUNTERS])
 DEAD_BUCKET, CLOCK_BUCKET = -1, -2
 EVENT_ROW, PROGRESS_ROW, TX_END_ROW, PACKED_ROW = 0, 1, 2, 3
 """``kind`` of a staged row: a decoded event; the progress of the partitions one task read (one
@@ -571,10 +580,10 @@ _learned_decoder = msgspec.msgpack.Decoder(list[tuple[TableRef, bytes]])
 
 
 def _columns(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> list[Sequence[Any]]:
-    """Output rows plus the counters row, column by column (in :data:`_RELEASE_COLUMNS` order)."""
-    width = len(_RELEASE_COLUMNS) - len(counts)
+    """Output rows plus the counters row, column by column (in :data:`_RELEASE_COLUMNS` order;
+    ``lineage`` null: the rows carry their headers)."""
     n = len(rows)
-    stats = ("stats",) + (None,) * (width - 1)
+    stats = ("stats",) + (None,) * (len(OUTPUT_COLUMNS) - 1)
     if n:
         transposed = zip(*rows, strict=True)
         columns: list[Sequence[Any]] = [[*column, last]
@@ -582,7 +591,7 @@ def _columns(rows: list[tuple[Any, ...]], counts: tuple[int, ...]) -> list[Seque
     else:
         columns = [[last] for last in stats]
     zeros = [0] * n
-    return columns + [[*zeros, count] for count in counts]
+    return columns + [[None] * (n + 1)] + [[*zeros, count] for count in counts]
 
 
 def _pandas(columns: list[Sequence[Any]]) -> Any:
@@ -609,6 +618,7 @@ def _arrow_release_schema() -> Any:
              "array<struct<key: string, value: binary>>": pa.list_(
                  pa.struct([("key", pa.string()), ("value", pa.binary())]))}
     return pa.schema([(name, kinds[kind]) for name, kind in OUTPUT_COLUMNS]
+                     + [("lineage", pa.binary())]
                      + [(f"n_{name}", pa.int64()) for name in RELEASE_COUNTERS])
 
 
@@ -934,8 +944,19 @@ def translate(df: Any, config: TranslateConfig | None = None,
         released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
     observed = released.observe(
         f"{METRICS_NAME}_release", *(F.sum(f"n_{c}").alias(c) for c in RELEASE_COUNTERS))
-    return observed.where(F.col("kind") != "stats").drop(
-        *(f"n_{c}" for c in RELEASE_COUNTERS))
+    rows = observed.where(F.col("kind") != "stats").drop(*(f"n_{c}" for c in RELEASE_COUNTERS))
+    return rows.withColumn("headers", _headers_column()).drop("lineage")
+
+
+def _headers_column() -> Any:
+    """``headers``, and for the native release's change rows (``lineage`` set) the
+    :data:`NATIVE_HEADERS`."""
+    from pyspark.sql import functions as F
+
+    values = (F.col("event_id").cast("binary"), F.col("seq").cast("binary"), F.col("lineage"))
+    native = F.array(*(F.struct(F.lit(name).alias("key"), value.alias("value"))
+                       for name, value in zip(NATIVE_HEADERS, values, strict=True)))
+    return F.when(F.col("lineage").isNull(), F.col("headers")).otherwise(native)
 
 
 def decode_stage(df: Any, config: TranslateConfig, *, native: bool = False) -> Any:

@@ -94,10 +94,23 @@ def _release(staged: Any, config: Any, on_native: bool, rng: random.Random) -> A
     return pa.concat_tables(out)
 
 
+def jvm_headers(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` of the release step as :func:`translate` finishes it in the JVM: a native
+    change row (``lineage`` set, ``headers`` null) gets the :data:`~T.NATIVE_HEADERS` (its
+    event id, seq and lineage); ``lineage`` goes."""
+    lineage = row.pop("lineage")
+    if lineage is not None:
+        assert row["headers"] is None
+        values = (row["event_id"].encode(), row["seq"].encode(), lineage)
+        row["headers"] = [{"key": k, "value": v} for k, v in zip(T.NATIVE_HEADERS, values,
+                                                                  strict=True)]
+    return row
+
+
 def _rows(released: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
     rows = released.to_pylist()
     counters = {name: sum(r[f"n_{name}"] for r in rows) for name in T.RELEASE_COUNTERS}
-    output = [{k: v for k, v in r.items() if not k.startswith("n_")}
+    output = [jvm_headers({k: v for k, v in r.items() if not k.startswith("n_")})
               for r in rows if r["kind"] != "stats"]
     output.sort(key=lambda r: (r["kind"], r["event_id"], r["source_topic"],
                                r["source_partition"], r["source_offset"] or -1))

@@ -33,7 +33,7 @@ from debezium_bridge.core import native as native_core
 from debezium_bridge.core.windowed import Topology
 from debezium_bridge.model.records import RawRecord
 from tests.differential.streams import Stream, generate
-from tests.differential.test_spark_cores import T, _config, arrow_batch
+from tests.differential.test_spark_cores import T, _config, arrow_batch, jvm_headers
 
 
 class GroupState:
@@ -117,7 +117,7 @@ class Query:
                 self.timeouts.pop(bucket, None)
         rows = [r for frame in out for r in frame.to_dict("records")]
         counters = {name: int(sum(r[f"n_{name}"] for r in rows)) for name in T.RELEASE_COUNTERS}
-        output = [{k: _plain(v) for k, v in r.items() if not k.startswith("n_")}
+        output = [{k: _plain(v) for k, v in jvm_headers(r).items() if not k.startswith("n_")}
                   for r in rows if r["kind"] != "stats"]
         output.sort(key=lambda r: (r["kind"], r["event_id"] or "", r["source_topic"] or "",
                                    r["source_partition"] or 0, r["source_offset"] or -1))

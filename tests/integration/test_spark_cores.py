@@ -17,7 +17,7 @@ from debezium_bridge.core import native as native_core
 from debezium_bridge.core.windowed import Topology
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark import KAFKA_SCHEMA, TranslateConfig, kafka_reader, kafka_rows, translate
-from debezium_bridge.spark.translate import native_translate
+from debezium_bridge.spark.translate import OUTPUT_SCHEMA, native_translate
 from tests.differential.streams import generate
 
 pytestmark = pytest.mark.integration
@@ -48,6 +48,17 @@ def test_batch_translate_is_the_same_on_both_cores(spark: Any, encoding: str, se
     got = _rows(spark, stream.records, native)
     assert len(got) == len(expected) and sum(r[0] == "change" for r in got) >= 200
     assert got == expected
+
+
+def test_both_cores_give_the_declared_output_columns(spark: Any) -> None:
+    """The native release leaves ``headers`` to the JVM; the result's columns and types are
+    still :data:`OUTPUT_SCHEMA`'s."""
+    declared = spark.createDataFrame([], OUTPUT_SCHEMA).schema
+    frame = spark.createDataFrame(kafka_rows([]), KAFKA_SCHEMA)
+    for native in ("on", "off"):
+        got = translate(frame, TranslateConfig(native=native)).schema
+        assert [(f.name, f.dataType.simpleString()) for f in got] == \
+            [(f.name, f.dataType.simpleString()) for f in declared]
 
 
 def test_jobs_the_native_steps_do_not_cover_run_the_reference(

@@ -20,7 +20,9 @@ use crate::wire;
 use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, ListArray, StringArray, StructArray};
+use arrow_array::{
+    new_null_array, Array, ArrayRef, BinaryArray, Int32Array, StringArray, StructArray,
+};
 use arrow_buffer::OffsetBuffer;
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -771,10 +773,13 @@ fn is_native_state(data: &[u8]) -> bool {
     crate::stream::is_native_state(data)
 }
 
-/// The output rows (`spark.translate.OUTPUT_COLUMNS`) of the records written, in (seq,
-/// event_id) order: canonical format, topic `<source topic>.canonical`, the event id, seq
-/// and lineage headers (the lineage as `[[topic, partition, offset], ...]`, msgspec's JSON of
-/// the reference's tuples), the source coordinates of the lineage's last record.
+/// The output rows (`spark.translate.OUTPUT_COLUMNS`, then `lineage`) of the records written,
+/// in (seq, event_id) order: canonical format, topic `<source topic>.canonical`, the source
+/// coordinates of the lineage's last record. `headers` is null: the JVM writes the event id,
+/// seq and lineage headers from the `event_id`, `seq` and `lineage` columns
+/// (`spark.translate.NATIVE_HEADERS`), so no nested column crosses to Python's Arrow-to-pandas
+/// conversion (streaming: a Python loop per row) or the JVM's; `lineage` is the lineage as
+/// `[[topic, partition, offset], ...]`, msgspec's JSON of the reference's tuples.
 fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
     let out = &core.out;
     let order = crate::window::sorted_lines(core);
@@ -801,14 +806,10 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
     let mut topics = StringBuilder::with_capacity(n, lineage_bytes);
     let mut key = BinaryBuilder::with_capacity(n, span_bytes(4));
     let mut value = BinaryBuilder::with_capacity(n, out.len());
-    let mut header_names = StringBuilder::with_capacity(3 * n, n * 70);
-    let mut header_values =
-        BinaryBuilder::with_capacity(3 * n, span_bytes(5) + span_bytes(2) + lineage_bytes);
+    let mut lineages = BinaryBuilder::with_capacity(n, lineage_bytes);
     let mut source_topic = StringBuilder::with_capacity(n, lineage_bytes);
     let mut source_partition = Int32Builder::with_capacity(n);
     let mut source_offset = Int64Builder::with_capacity(n);
-    let mut offsets: Vec<i32> = Vec::with_capacity(n + 1);
-    offsets.push(0);
     let mut lineage_json: Vec<u8> = Vec::with_capacity(256);
     for &i in &order {
         let spans = &core.spans[i];
@@ -848,13 +849,7 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
         topics.append_value(&canonical_topics[last.topic as usize]);
         key.append_value(&out[spans[4].0 as usize..spans[4].1 as usize]);
         value.append_value(&out[start..end]);
-        header_names.append_value("debezium_bridge.event_id");
-        header_values.append_value(&event_id);
-        header_names.append_value("debezium_bridge.seq");
-        header_values.append_value(&seq);
-        header_names.append_value("debezium_bridge.lineage");
-        header_values.append_value(&lineage_json);
-        offsets.push(offsets[offsets.len() - 1] + 3);
+        lineages.append_value(&lineage_json);
         source_topic.append_value(topic_names[last.topic as usize]);
         source_partition.append_value(last.partition);
         source_offset.append_option(last.offset);
@@ -869,22 +864,8 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
         Field::new("key", DataType::Utf8, true),
         Field::new("value", DataType::Binary, true),
     ]);
-    let items = StructArray::new(
-        item_fields.clone(),
-        vec![
-            Arc::new(header_names.finish()),
-            Arc::new(header_values.finish()),
-        ],
-        None,
-    );
     let item = Arc::new(Field::new("item", DataType::Struct(item_fields), true));
-    let headers = ListArray::try_new(
-        item,
-        OffsetBuffer::new(offsets.into()),
-        Arc::new(items),
-        None,
-    )
-    .map_err(|e| bad(&e.to_string()))?;
+    let headers = new_null_array(&DataType::List(item), n);
     let columns: Vec<(&str, ArrayRef)> = vec![
         ("kind", Arc::new(kind.finish())),
         ("format", Arc::new(format.finish())),
@@ -896,10 +877,11 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
         ("topic", Arc::new(topics.finish())),
         ("key", Arc::new(key.finish())),
         ("value", Arc::new(value.finish())),
-        ("headers", Arc::new(headers)),
+        ("headers", headers),
         ("source_topic", Arc::new(source_topic.finish())),
         ("source_partition", Arc::new(source_partition.finish())),
         ("source_offset", Arc::new(source_offset.finish())),
+        ("lineage", Arc::new(lineages.finish())),
     ];
     Ok(ArrowBatch::new(StructArray::from(
         columns
