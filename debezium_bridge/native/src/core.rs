@@ -421,6 +421,9 @@ pub struct Core {
     /// Per record line: the spans in `out` of the JSON tokens of op, table_id, seq, commit_ts,
     /// key and event_id (for the Arrow view).
     pub spans: Vec<[(u32, u32); 6]>,
+    /// Whether each record line's lineage is kept (`lineage_ends`, `lineage`: the Spark
+    /// release steps write their output rows from it).
+    pub keep_lineage: bool,
     /// Per record line: the end in `lineage` of its lineage (the Kafka records it came from).
     pub lineage_ends: Vec<u32>,
     /// The lineage of every record line, one after the other.
@@ -500,6 +503,7 @@ impl Core {
             out_records: 0,
             line_ends: Vec::new(),
             spans: Vec::new(),
+            keep_lineage: false,
             lineage_ends: Vec::new(),
             lineage: Vec::new(),
             current: [(0, 0); 6],
@@ -1226,8 +1230,10 @@ impl Core {
         self.out_records += 1;
         self.line_ends.push(out.len());
         self.spans.push(self.current);
-        self.lineage.extend(lineage.iter().map(|l| l.origin));
-        self.lineage_ends.push(self.lineage.len() as u32);
+        if self.keep_lineage {
+            self.lineage.extend(lineage.iter().map(|l| l.origin));
+            self.lineage_ends.push(self.lineage.len() as u32);
+        }
     }
 
     /// `write_tail`'s text from `tx` to `event_id`'s name.

@@ -206,13 +206,15 @@ pub struct BatchWindow {
 }
 
 /// The emitter of a release step (no pressure release, no dedupe memory: the windows keep
-/// their own) and the interned id of the `incremental` snapshot marker.
+/// their own; each line's lineage kept for the output rows) and the interned id of the
+/// `incremental` snapshot marker.
 pub(crate) fn window_core(pair_key_changes: bool) -> (Core, u32) {
     let mut core = Core::new(Config {
         pair_key_changes,
         max_pending: i64::MAX,
         dedupe_capacity: 0,
     });
+    core.keep_lineage = true;
     let incremental = core.interner.snapshot("incremental");
     (core, incremental)
 }
