@@ -32,20 +32,19 @@ steps run on the native core (:func:`native_translate`; ``TranslateConfig.native
 ``DEBEZIUM_BRIDGE_NATIVE``): the decode step hands each Arrow batch's Kafka columns to
 ``SparkDecoder`` in one call (rows it declines go through the Python decoder as above) and
 stages events in the native core's own form, packed: one row per bucket and Arrow batch
-(:data:`PACKED_ROW`, a new one past 16 MiB), each event leaving out the table, topic,
-snapshot marker and source texts it shares with the event before it, so the shuffle moves a
-few large values, not a row per event; streaming, it also tracks each partition's progress
-(merged with the Python tracker's offsets and declined rows). The release step hands each
-bucket's events to ``release_batch`` (batch: the rules of
-:class:`~debezium_bridge.core.windowed.WindowState` for a whole input) or to ``StreamRelease``
-(streaming: all of its rules, its state as bytes in Spark's state store), which write the output
-rows as one Arrow batch (``canonical``; other formats through the output layer from its
-canonical records). Their change rows leave ``headers`` null and carry a ``lineage`` column:
-the last step writes the :data:`NATIVE_HEADERS` in the JVM, so no nested column crosses
-between Python and the JVM. Typed outputs run the Python steps. A streaming checkpoint written
-by the Python steps is taken over by the native ones (its waiting events, marks and transaction
-records); one written by the native steps stops the Python steps with an error naming
-``translate.native``.
+(:data:`PACKED_ROW`, a new one past 16 MiB), each event leaving out the table, topic, snapshot
+marker and source texts it shares with the event before it, so the shuffle moves a few large
+values, not a row per event; streaming, it also tracks each partition's progress (merged with
+the Python tracker's offsets and declined rows). The release step hands each bucket's events to
+``release_batch`` (batch: the rules of :class:`~debezium_bridge.core.windowed.WindowState` for a
+whole input) or to ``StreamRelease`` (streaming: all of its rules, its state as bytes in Spark's
+state store), which write the output rows as one Arrow batch (``canonical``; other formats
+through the output layer from its canonical records). Their change rows leave ``headers`` null
+and carry a ``lineage`` column: the last step writes the :data:`NATIVE_HEADERS` in the JVM, so
+no nested values cross between Python and the JVM for them. Typed outputs run the Python steps.
+A streaming checkpoint written by the Python steps is taken over by the native ones (its waiting
+events, marks and transaction records); one written by the native steps stops the Python steps
+with an error naming ``translate.native``.
 
 The result has one row per output record, Kafka-ready, for changes and dead letters alike:
 ``kind`` (``change`` | ``dead_letter``), ``format`` (the output format, or ``dead_letter``),
@@ -104,7 +103,14 @@ from debezium_bridge.model.change import ChangeEvent, ChangeRecord, SideKind, Si
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.lsn import parse_lsn
 from debezium_bridge.model.records import RawRecord
-from debezium_bridge.output import Output, OutputRecord, OutputSettings
+from debezium_bridge.output import (
+    EVENT_ID_HEADER,
+    LINEAGE_HEADER,
+    SEQ_HEADER,
+    Output,
+    OutputRecord,
+    OutputSettings,
+)
 from debezium_bridge.spark.workers import leave_sigint_to_the_driver
 
 OUTPUT_COLUMNS = (
@@ -128,11 +134,12 @@ waiting events each release rule let go (:data:`~debezium_bridge.core.windowed.R
 a dead-letter row) is a term of the sum: the decode step's ``dead_letters`` does not hold them."""
 _STAGE_SCHEMA = ("bucket int, kind tinyint, commit_ms long, clock timestamp, payload binary, "
                  "columns binary, " + ", ".join(f"n_{name} long" for name in DECODE_COUNTERS))
-NATIVE_HEADERS = ("debezium_bridge.event_id", "debezium_bridge.seq", "debezium_bridge.lineage")
+NATIVE_HEADERS = (EVENT_ID_HEADER, SEQ_HEADER, LINEAGE_HEADER)
 """The headers of a change row the native release writes (canonical format), in order: its
 ``event_id`` and ``seq`` columns' text and its ``lineage`` column. The native release leaves
-``headers`` null and :func:`translate` writes them in the JVM, so no nested column crosses
-between Python and the JVM (streaming, PySpark converts one in a Python loop per row)."""
+``headers`` null and :func:`translate` writes them in the JVM, so no nested values cross
+between Python and the JVM for these rows (streaming, PySpark converts them in a Python loop
+per row)."""
 _RELEASE_SCHEMA = (OUTPUT_SCHEMA + ", lineage binary, "
                    + ", ".join(f"n_{n} long" for n in RELEASE_COUNTERS))
 _RELEASE_COLUMNS = ([name for name, _ in OUTPUT_COLUMNS] + ["lineage"]

@@ -50,15 +50,17 @@ def test_batch_translate_is_the_same_on_both_cores(spark: Any, encoding: str, se
     assert got == expected
 
 
-def test_both_cores_give_the_declared_output_columns(spark: Any) -> None:
-    """The native release leaves ``headers`` to the JVM; the result's columns and types are
-    still :data:`OUTPUT_SCHEMA`'s."""
+def test_both_cores_give_the_declared_output_columns(
+        spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native release leaves ``headers`` to the JVM; the result's columns and types
+    (nullability included) are still :data:`OUTPUT_SCHEMA`'s."""
+    monkeypatch.delenv(native_core.ENV, raising=False)
     declared = spark.createDataFrame([], OUTPUT_SCHEMA).schema
     frame = spark.createDataFrame(kafka_rows([]), KAFKA_SCHEMA)
+    assert native_translate(frame, TranslateConfig(native="on"))
     for native in ("on", "off"):
         got = translate(frame, TranslateConfig(native=native)).schema
-        assert [(f.name, f.dataType.simpleString()) for f in got] == \
-            [(f.name, f.dataType.simpleString()) for f in declared]
+        assert [(f.name, f.dataType) for f in got] == [(f.name, f.dataType) for f in declared]
 
 
 def test_jobs_the_native_steps_do_not_cover_run_the_reference(

@@ -12,8 +12,7 @@ pub struct Image {
     pub members: (u32, u32),
 }
 
-/// What the event came from: the Kafka coordinates, and (for dead letters and lineage) the
-/// record itself when it has to be kept.
+/// What the event came from: its Kafka coordinates.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin {
     pub topic: u32,

@@ -777,7 +777,7 @@ fn is_native_state(data: &[u8]) -> bool {
 /// in (seq, event_id) order: canonical format, topic `<source topic>.canonical`, the source
 /// coordinates of the lineage's last record. `headers` is null: the JVM writes the event id,
 /// seq and lineage headers from the `event_id`, `seq` and `lineage` columns
-/// (`spark.translate.NATIVE_HEADERS`), so no nested column crosses to Python's Arrow-to-pandas
+/// (`spark.translate.NATIVE_HEADERS`), so no nested values cross to Python's Arrow-to-pandas
 /// conversion (streaming: a Python loop per row) or the JVM's; `lineage` is the lineage as
 /// `[[topic, partition, offset], ...]`, msgspec's JSON of the reference's tuples.
 fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
@@ -786,6 +786,9 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
     let n = order.len();
     let span_bytes =
         |k: usize| -> usize { core.spans.iter().map(|s| (s[k].1 - s[k].0) as usize).sum() };
+    if core.lineage_ends.len() != core.spans.len() {
+        return Err(bad("the records' lineage was not kept"));
+    }
     let topic_names: Vec<&str> = core.topics.iter().map(|t| &**t).collect();
     let canonical_topics: Vec<String> = topic_names
         .iter()
@@ -803,11 +806,12 @@ fn output_rows(core: &crate::core::Core) -> PyResult<ArrowBatch> {
     let mut ops = BinaryBuilder::with_capacity(n, span_bytes(0));
     let mut seqs = BinaryBuilder::with_capacity(n, span_bytes(2));
     let mut commit_ts = BinaryBuilder::with_capacity(n, span_bytes(3));
-    let mut topics = StringBuilder::with_capacity(n, lineage_bytes);
+    let longest_topic = topic_names.iter().map(|t| t.len()).max().unwrap_or(0);
+    let mut topics = StringBuilder::with_capacity(n, n * (longest_topic + 10));
     let mut key = BinaryBuilder::with_capacity(n, span_bytes(4));
     let mut value = BinaryBuilder::with_capacity(n, out.len());
     let mut lineages = BinaryBuilder::with_capacity(n, lineage_bytes);
-    let mut source_topic = StringBuilder::with_capacity(n, lineage_bytes);
+    let mut source_topic = StringBuilder::with_capacity(n, n * longest_topic);
     let mut source_partition = Int32Builder::with_capacity(n);
     let mut source_offset = Int64Builder::with_capacity(n);
     let mut lineage_json: Vec<u8> = Vec::with_capacity(256);
