@@ -27,17 +27,13 @@ pub const COLUMNS: [&str; 7] = [
     "value",
 ];
 
-/// The text of a JSON token of the output (a string unescaped; `None` for `null`).
+/// The text of a JSON token of the output ([`crate::jsonw::token_bytes`] as UTF-8).
 fn token(out: &[u8], span: (u32, u32)) -> Option<std::borrow::Cow<'_, str>> {
-    let bytes = &out[span.0 as usize..span.1 as usize];
-    if bytes == b"null" {
-        return None;
-    }
-    let text = std::str::from_utf8(bytes).ok()?;
-    if text.starts_with('"') {
-        crate::value::unescape(text).ok()
-    } else {
-        Some(std::borrow::Cow::Borrowed(text))
+    match crate::jsonw::token_bytes(out, span)? {
+        std::borrow::Cow::Borrowed(b) => {
+            std::str::from_utf8(b).ok().map(std::borrow::Cow::Borrowed)
+        }
+        std::borrow::Cow::Owned(b) => String::from_utf8(b).ok().map(std::borrow::Cow::Owned),
     }
 }
 

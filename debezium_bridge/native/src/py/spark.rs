@@ -126,8 +126,8 @@ impl SparkDecoder {
     /// list<struct<key string, value binary>>). Returns the staged rows of the events decoded
     /// here, one per packed value in bucket order (`bucket` int32, `payload` binary: the
     /// events packed by [`wire::pack`] with their commit times, in the order they were read;
-    /// a bucket's value is closed at [`PACKED_VALUE_BYTES`]), the indexes of the rows left to the Python decoder, `(records, tombstones)`
-    /// handled here and the highest commit time.
+    /// a bucket's value is closed at [`PACKED_VALUE_BYTES`]), the indexes of the rows left to
+    /// the Python decoder, `(records, tombstones)` handled here and the highest commit time.
     fn decode(
         &mut self,
         py: Python<'_>,
