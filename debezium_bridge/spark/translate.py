@@ -607,6 +607,49 @@ def _pandas(columns: list[Sequence[Any]]) -> Any:
     return pd.DataFrame(dict(zip(_RELEASE_COLUMNS, columns, strict=True)))
 
 
+@functools.cache
+def _arrow_backed() -> type:
+    """A pandas extension array over Arrow data, for :func:`_arrow_frame`, with its own dtype
+    so that pandas builds the same kind of array when it concatenates frames (PySpark joins a
+    worker's output frames, all-null columns included)."""
+    import pandas as pd
+
+    class ArrowBacked(pd.arrays.ArrowExtensionArray):  # type: ignore[misc]
+        """Hands PySpark (``pyarrow.Array.from_pandas``) one Arrow array, not the chunked
+        array of pandas' own ``ArrowExtensionArray``, which PySpark cannot put in a batch."""
+
+        def __init__(self, values: Any) -> None:
+            super().__init__(values)
+            self._dtype = ArrowBackedDtype(self._pa_array.type)
+
+        def __arrow_array__(self, type: Any = None) -> Any:
+            array = self._pa_array.combine_chunks()
+            return array if type is None or array.type == type else array.cast(type)
+
+    class ArrowBackedDtype(pd.ArrowDtype):  # type: ignore[misc]
+        @classmethod
+        def construct_array_type(cls) -> type:
+            return ArrowBacked
+
+    return ArrowBacked
+
+
+def _arrow_frame(table: Any) -> Any:
+    """An Arrow table as the pandas frame ``applyInPandasWithState`` must return, its flat
+    columns still Arrow arrays: PySpark's conversion back to Arrow then copies buffers instead
+    of making a Python object of every value both ways (measured, 65k canonical rows: 0.3 to 0.5 s
+    → 0.05 s). Nested columns (``headers``) are Python values, as PySpark's converter of them
+    expects."""
+    import pandas as pd
+    import pyarrow as pa
+
+    backed = _arrow_backed()
+    return pd.DataFrame({
+        name: column.to_pandas() if pa.types.is_nested(column.type)
+        else pd.Series(backed(column), copy=False)
+        for name, column in zip(table.column_names, table.columns, strict=True)})
+
+
 def _arrow(columns: list[Sequence[Any]]) -> Any:
     import pyarrow as pa
 
@@ -864,7 +907,7 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
         if bucket == DEAD_BUCKET:
             with _collector_paused():
                 columns = _dead_rows((p for f in frames for p in f["payload"]), encoder)
-            yield _pandas(columns)
+            yield _arrow_frame(_arrow(columns))
             return
         watermark = state.getCurrentWatermarkMs()
         stored = state.get[0] if state.exists else None
@@ -889,9 +932,7 @@ def _native_streaming_release(config: TranslateConfig, topology: Topology | None
         timeout = window.next_timeout_ms()
         if timeout is not None:
             state.setTimeoutTimestamp(max(timeout, watermark))
-        # Arrow to pandas column by column (no row objects); nullable integers stay integers
-        yield _native_rows(out, counts, mismatches, encoder, direct).to_pandas(
-            integer_object_nulls=True)
+        yield _arrow_frame(_native_rows(out, counts, mismatches, encoder, direct))
 
     return release
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +116,38 @@ class Query:
                 self.timeouts[bucket] = state.timeout
             else:
                 self.timeouts.pop(bucket, None)
-        rows = [r for frame in out for r in frame.to_dict("records")]
+        rows = _spark_rows(out, self.rng.randint(0, 3))
         counters = {name: int(sum(r[f"n_{name}"] for r in rows)) for name in T.RELEASE_COUNTERS}
         output = [{k: _plain(v) for k, v in jvm_headers(r).items() if not k.startswith("n_")}
                   for r in rows if r["kind"] != "stats"]
         output.sort(key=lambda r: (r["kind"], r["event_id"] or "", r["source_topic"] or "",
                                    r["source_partition"] or 0, r["source_offset"] or -1))
         return output, counters, dict(self.timeouts)
+
+
+def _spark_rows(frames: list[Any], padding: int) -> list[dict[str, Any]]:
+    """The rows Spark gets from one Python worker's output frames: joined and converted to
+    Arrow as PySpark's ``applyInPandasWithState`` worker does (``pyspark/worker.py``: the
+    frames, then ``padding`` all-null rows when it holds more states than rows, through
+    ``PandasToArrowConversion``), then read back as the JVM would see them."""
+    import pandas as pd
+    from pyspark.sql.conversion import PandasToArrowConversion
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return []
+    schema = from_arrow_schema(T._arrow_release_schema())
+    empty = pd.DataFrame(dict.fromkeys(schema.names), index=list(range(padding)))
+    with warnings.catch_warnings():  # pandas on PySpark's all-null padding, as in translate
+        warnings.filterwarnings("ignore", category=FutureWarning,
+                                message="The behavior of DataFrame concatenation with empty")
+        joined = pd.concat([*frames, empty], ignore_index=True)
+    batch = PandasToArrowConversion.convert(
+        joined, schema, timezone="UTC", safecheck=True, arrow_cast=True,
+        assign_cols_by_name=False, int_to_decimal_coercion_enabled=False)
+    rows = batch.to_pandas(integer_object_nulls=True).to_dict("records")
+    return rows[:len(rows) - padding]
 
 
 def _progress(table: Any) -> list[Any]:
