@@ -45,6 +45,7 @@ from debezium_bridge.spark.translate import (
     METRICS_NAME,
     RELEASE_COUNTERS,
     TranslateConfig,
+    run_with_known_end,
     translate,
 )
 
@@ -452,8 +453,6 @@ def run(config: JobConfig, spark: Any = None, *, stop: _Stop | None = None) -> R
 
 
 def _run(config: JobConfig, spark: Any, stop: _Stop) -> RunCounters:
-    from pyspark.errors import StreamingQueryException
-
     from debezium_bridge.spark.source import builtin_kafka_available, kafka_reader
 
     log.info("debezium-bridge spark job: %s", json.dumps(config.masked()))
@@ -480,7 +479,22 @@ def _run(config: JobConfig, spark: Any, stop: _Stop) -> RunCounters:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=config.trigger_interval)
-    query = writer.start()
+    with run_with_known_end(spark, topology):
+        _watch(writer.start(), spark, stop, counters)
+    log.info("done: %s", counters.summary())
+    if config.counters_json:
+        with open(config.counters_json, "w") as handle:
+            json.dump(counters.as_dict(), handle)
+            handle.write("\n")
+    return counters
+
+
+def _watch(query: Any, spark: Any, stop: _Stop, counters: RunCounters) -> None:
+    """Wait for ``query`` to end (``available_now``) or a stop signal, adding each
+    micro-batch's progress to ``counters``; stop it in the end."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import StreamingQueryException
+
     seen = -1
 
     def collect() -> None:
@@ -492,8 +506,6 @@ def _run(config: JobConfig, spark: Any, stop: _Stop) -> RunCounters:
                 log.info("batch %s (%s ms, %s records): %s", seen,
                          (progress.get("durationMs") or {}).get("triggerExecution"),
                          progress.get("numInputRows"), counters.summary())
-
-    from py4j.protocol import Py4JError
 
     try:
         while query.isActive and stop.signum is None:
@@ -511,12 +523,6 @@ def _run(config: JobConfig, spark: Any, stop: _Stop) -> RunCounters:
             raise BridgeError(f"lost the Spark JVM: {str(exc).splitlines()[0]}") from exc
     finally:
         _stop_query(query, collect)
-    log.info("done: %s", counters.summary())
-    if config.counters_json:
-        with open(config.counters_json, "w") as handle:
-            json.dump(counters.as_dict(), handle)
-            handle.write("\n")
-    return counters
 
 
 STOP_GRACE_S = 600.0

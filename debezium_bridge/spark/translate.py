@@ -958,6 +958,37 @@ def native_translate(df: Any, config: TranslateConfig | None = None) -> bool:
     return not config.needs_column_types
 
 
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+@contextmanager
+def run_with_known_end(spark: Any, topology: Topology | None) -> Iterator[None]:
+    """Start and run a streaming query of :func:`translate` inside this block: when
+    ``topology`` knows the run's end (``Trigger.AvailableNow``, ``topology.ends``), Spark runs
+    no micro-batch without data (:data:`NO_DATA_BATCHES`) while the block runs.
+
+    Spark runs such a batch after every batch that moved the event-time watermark, so that
+    state timeouts fire. In a run whose end is known, the last batch with data releases every
+    waiting event (every partition reached its end), so that extra batch has nothing to do; it
+    cost about 0.7 s of a 6 s run over 249k records (state stores of every shuffle partition
+    loaded and committed). Spark reads the setting when the query starts and does not keep it
+    in the checkpoint; the session's own value is back when the block ends (end it after the
+    query stopped). Without a known end nothing changes.
+    """
+    if topology is None or topology.ends is None:
+        yield
+        return
+    before = spark.conf.get(NO_DATA_BATCHES, None)
+    spark.conf.set(NO_DATA_BATCHES, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(NO_DATA_BATCHES)
+        else:
+            spark.conf.set(NO_DATA_BATCHES, before)
+
+
 def translate(df: Any, config: TranslateConfig | None = None,
               topology: Topology | None = None) -> Any:
     """Translate a Kafka-schema DataFrame (streaming or batch) into output rows.

@@ -10,7 +10,9 @@ themselves, never from the job's output.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
 import uuid
 from pathlib import Path
@@ -23,6 +25,7 @@ import yaml
 from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.model.records import RawRecord
 from debezium_bridge.spark.job import load_job_config, run
+from debezium_bridge.spark.translate import NO_DATA_BATCHES
 from debezium_bridge.testing.simulator import demo
 from tests.golden.demo_case import assert_demo_counters, assert_demo_feed
 
@@ -82,12 +85,22 @@ def test_readme_config_with_available_now_outputs_every_change_without_heartbeat
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
 
+    before = spark.conf.get(NO_DATA_BATCHES, None)
     counters = run(load_job_config(str(path)), spark)
     print(counters.summary())
 
     canonical = [v for v in _parquet_values(spark, changes) if "format_version" in v]
     assert_demo_feed(canonical, expected)
     assert_demo_counters(counters.as_dict(), expected)  # pending 0: every change is out
+    # The last batch with data released everything, and no batch without data followed it
+    # (Spark runs one after a batch that moved the watermark unless NO_DATA_BATCHES is off):
+    # every batch in the checkpoint's offset log read something new. The session's own
+    # setting is back once the run is over.
+    log = tmp_path / "checkpoint" / "offsets"
+    read = [(log / name).read_text().splitlines()[2:]
+            for name in sorted((n for n in os.listdir(log) if n.isdigit()), key=int)]
+    assert read and all(a != b for a, b in itertools.pairwise(read)), read
+    assert spark.conf.get(NO_DATA_BATCHES, None) == before
 
 
 def _data_events(records: list[RawRecord]) -> list[tuple[RawRecord, dict[str, Any]]]:
