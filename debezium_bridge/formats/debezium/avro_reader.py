@@ -276,9 +276,14 @@ def compile_reader(parsed: Any, keep: Projection | None = None) -> Reader:
     return namespace["read"]  # type: ignore[no-any-return]
 
 
+_OBJECT_REPR = re.compile(r"\s*(?:from\s+)?<[\w.]+ object at 0x[0-9a-fA-F]+>")
+"""A Python object's default repr in an error message (``from <_io.BytesIO object at 0x…>``):
+an address, different in every process, so the same record would get another message."""
+
+
 def fastavro_reason(exc: BaseException) -> str:
     """What an error of ``fastavro.schemaless_reader`` on bad data says about the data."""
-    detail = str(exc) or type(exc).__name__
+    detail = _OBJECT_REPR.sub("", str(exc)) or type(exc).__name__
     if isinstance(exc, EOFError | struct.error):
         return f"the data ends early: {detail}"
     if isinstance(exc, IndexError):  # a union branch, enum symbol or length past its end

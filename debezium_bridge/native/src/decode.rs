@@ -17,6 +17,13 @@ use std::sync::Arc;
 const TS_MIN: i64 = -62_135_596_800_000;
 const TS_END: i64 = 253_402_300_800_000;
 
+/// Where `part` sits in `text`, if it is a slice of it: sonic-rs hands a JSON string with
+/// escapes over as its own unescaped copy, not as a slice of the input.
+fn offset_in(text: &str, part: &str) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    (start.checked_add(part.len())? <= text.len()).then_some(start)
+}
+
 #[derive(Deserialize)]
 struct WithSchema<'a> {
     #[serde(borrow, default)]
@@ -535,21 +542,19 @@ impl Decoder {
             .as_ref()
             .map(|s| s.as_raw_str())
             .unwrap_or("null");
-        let payload_raw: &'v str = match parts.payload.as_ref() {
+        let (payload_raw, payload_start): (&'v str, Option<usize>) = match parts.payload.as_ref() {
             Some(p) => {
                 let raw = p.as_raw_str();
-                let start = raw.as_ptr() as usize - text.as_ptr() as usize;
-                &text[start..start + raw.len()]
+                let start = offset_in(text, raw).ok_or(Decline)?;
+                (&text[start..start + raw.len()], Some(start))
             }
-            None => "null",
+            None => ("null", None),
         };
         let rows = self.compile(schema_raw, key);
         // the prefix: everything before the payload when the payload closes the value
-        let payload_start = payload_raw.as_ptr() as usize - text.as_ptr() as usize;
-        if parts.payload.is_some()
-            && value.last() == Some(&b'}')
-            && payload_start + payload_raw.len() == value.len() - 1
-        {
+        if let Some(payload_start) = payload_start.filter(|&start| {
+            value.last() == Some(&b'}') && start + payload_raw.len() == value.len() - 1
+        }) {
             let prefix = value[..payload_start].to_vec();
             let cache = if key {
                 &mut self.key_prefixes

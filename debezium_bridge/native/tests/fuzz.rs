@@ -111,3 +111,14 @@ fn the_good_envelope_decodes() {
             .is_ok());
     }
 }
+
+/// A schema-ful key or value whose payload is a JSON string with escapes: sonic-rs hands
+/// such a value over as its own unescaped copy, not a slice of the input (found by the
+/// differential fuzzing of both cores, which panicked here).
+#[test]
+fn a_payload_that_is_an_escaped_string_is_declined_without_panic() {
+    let key = br#"{"schema":{"type":"struct","optional":false,"name":"server1.testDB.dbo.customers.Key","fields":["{\"type\": \"int32\", \"optional\": false, \"field\": \"id\"}"]},"payload":"{\"id\": 1}"}"#;
+    let value = br#"{"schema":{"type":"struct","fields":[]},"payload":"{\"op\": \"c\"}"}"#;
+    run(GOOD.as_bytes(), Some(key), None);
+    run(value, Some(key), Some(key));
+}
