@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import logging
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -155,6 +156,7 @@ then moves one row per bucket and batch, not one per event)."""
 warnings.filterwarnings("ignore", category=FutureWarning,
                         message="The behavior of DataFrame concatenation with empty or all-NA")
 METRICS_NAME = "debezium_bridge"
+log = logging.getLogger(__name__)
 
 
 SparkOutput = Literal["canonical", "exploded", "flat", "ces", "ces-avro", "debezium"]
@@ -608,11 +610,13 @@ def _pandas(columns: list[Sequence[Any]]) -> Any:
 
 
 @functools.cache
-def _arrow_backed() -> type:
+def _arrow_backed() -> type | None:
     """A pandas extension array over Arrow data, for :func:`_arrow_frame`, with its own dtype
     so that pandas builds the same kind of array when it concatenates frames (PySpark joins a
-    worker's output frames, all-null columns included)."""
+    worker's output frames, all-null columns included); ``None`` where this pandas does not
+    keep it through such a join (it builds on pandas' ``ArrowExtensionArray``)."""
     import pandas as pd
+    import pyarrow as pa
 
     class ArrowBacked(pd.arrays.ArrowExtensionArray):  # type: ignore[misc]
         """Hands PySpark (``pyarrow.Array.from_pandas``) one Arrow array, not the chunked
@@ -631,19 +635,36 @@ def _arrow_backed() -> type:
         def construct_array_type(cls) -> type:
             return ArrowBacked
 
-    return ArrowBacked
+    try:  # two frames (the first all null) and PySpark's padding, joined as its worker does
+        frames = [pd.DataFrame({"c": pd.Series(ArrowBacked(pa.chunked_array([values])))})
+                  for values in (pa.nulls(1, pa.string()), pa.array(["a"]))]
+        with warnings.catch_warnings():  # pandas' notice about the padding, as above
+            warnings.filterwarnings("ignore", category=FutureWarning,
+                                    message="The behavior of DataFrame concatenation with")
+            joined = pd.concat([*frames, pd.DataFrame({"c": [None]})], ignore_index=True)
+        kept = isinstance(pa.Array.from_pandas(joined["c"]), pa.Array)
+    except Exception as exc:  # another pandas: the frames hold Python objects instead
+        log.warning("pandas %s: the streaming release's output frames hold Python objects "
+                    "(%s)", pd.__version__, exc)
+        return None
+    if not kept:
+        log.warning("pandas %s: the streaming release's output frames hold Python objects",
+                    pd.__version__)
+    return ArrowBacked if kept else None
 
 
 def _arrow_frame(table: Any) -> Any:
     """An Arrow table as the pandas frame ``applyInPandasWithState`` must return, its flat
     columns still Arrow arrays: PySpark's conversion back to Arrow then copies buffers instead
-    of making a Python object of every value both ways (measured, 65k canonical rows: 0.3 to 0.5 s
-    → 0.05 s). Nested columns (``headers``) are Python values, as PySpark's converter of them
-    expects."""
+    of making a Python object of every value both ways (measured, 65k canonical rows: 0.3 to
+    0.5 s → 0.05 s). Nested columns (``headers``) are Python values, as PySpark's converter
+    of them expects."""
     import pandas as pd
     import pyarrow as pa
 
     backed = _arrow_backed()
+    if backed is None:
+        return table.to_pandas(integer_object_nulls=True)
     return pd.DataFrame({
         name: column.to_pandas() if pa.types.is_nested(column.type)
         else pd.Series(backed(column), copy=False)

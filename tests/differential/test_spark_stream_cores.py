@@ -285,3 +285,19 @@ def test_transaction_ends_release_what_waits_and_agree(seed: int, tmp_path: Path
     stream = generate(seed, encoding="json", n_changes=120)
     totals = compare(stream, tmp_path, seed=seed, cuts=5, topology="none", delay_ms=10**12)
     assert totals["released_by_transaction"] > 0, totals
+
+
+def test_the_native_release_frames_keep_their_arrow_arrays() -> None:
+    """With the pandas the package installs, the native streaming release hands PySpark
+    Arrow-backed frames (the fallback to Python objects is for other pandas versions), and
+    a worker's frames joined as PySpark joins them still give one Arrow array per column."""
+    import pandas as pd
+
+    backed = T._arrow_backed()
+    assert backed is not None
+    table = pa.table({"value": pa.array([b"x", None], pa.binary()),
+                      "topic": pa.array([None, None], pa.string())})
+    frame = T._arrow_frame(table)
+    assert all(isinstance(frame[c].array, backed) for c in frame.columns)
+    joined = pd.concat([frame, frame], ignore_index=True)
+    assert all(isinstance(pa.Array.from_pandas(joined[c]), pa.Array) for c in frame.columns)
