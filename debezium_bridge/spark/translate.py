@@ -153,8 +153,8 @@ of one bucket from one Arrow batch, packed into one value with their commit time
 then moves one row per bucket and batch, not one per event)."""
 # PySpark's own applyInPandasWithState plumbing concatenates all-NA padding frames; pandas 2.x
 # warns about that on every micro-batch. Not ours to fix, and only noise in the job's log.
-warnings.filterwarnings("ignore", category=FutureWarning,
-                        message="The behavior of DataFrame concatenation with empty or all-NA")
+PANDAS_CONCAT_NOTICE = "The behavior of DataFrame concatenation with empty or all-NA"
+warnings.filterwarnings("ignore", category=FutureWarning, message=PANDAS_CONCAT_NOTICE)
 METRICS_NAME = "debezium_bridge"
 log = logging.getLogger(__name__)
 
@@ -638,19 +638,19 @@ def _arrow_backed() -> type | None:
     try:  # two frames (the first all null) and PySpark's padding, joined as its worker does
         frames = [pd.DataFrame({"c": pd.Series(ArrowBacked(pa.chunked_array([values])))})
                   for values in (pa.nulls(1, pa.string()), pa.array(["a"]))]
-        with warnings.catch_warnings():  # pandas' notice about the padding, as above
+        with warnings.catch_warnings():  # pytest resets the module's filter
             warnings.filterwarnings("ignore", category=FutureWarning,
-                                    message="The behavior of DataFrame concatenation with")
+                                    message=PANDAS_CONCAT_NOTICE)
             joined = pd.concat([*frames, pd.DataFrame({"c": [None]})], ignore_index=True)
-        kept = isinstance(pa.Array.from_pandas(joined["c"]), pa.Array)
-    except Exception as exc:  # another pandas: the frames hold Python objects instead
-        log.warning("pandas %s: the streaming release's output frames hold Python objects "
-                    "(%s)", pd.__version__, exc)
-        return None
-    if not kept:
-        log.warning("pandas %s: the streaming release's output frames hold Python objects",
-                    pd.__version__)
-    return ArrowBacked if kept else None
+        chunked = not isinstance(pa.Array.from_pandas(joined["c"]), pa.Array)
+        problem = "a chunked array after the join" if chunked else None
+    except Exception as exc:  # another pandas
+        problem = str(exc)
+    if problem is None:
+        return ArrowBacked
+    log.warning("pandas %s: the streaming release's output frames hold Python objects (%s)",
+                pd.__version__, problem)
+    return None
 
 
 def _arrow_frame(table: Any) -> Any:

@@ -14,7 +14,6 @@ message on each decoder.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -22,15 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tests.unit.test_fuzz_decoders as fuzz
-from debezium_bridge.core import Translator, TranslatorConfig
 from debezium_bridge.core import native as native_core
-from debezium_bridge.formats.canonical import to_json
-from debezium_bridge.formats.debezium.avro import AvroDecoder
-from debezium_bridge.formats.debezium.decode import Decoder
-from debezium_bridge.formats.debezium.registry import FileSchemaResolver
 from debezium_bridge.model.records import RawRecord
+from tests.differential.streams import Stream
+from tests.differential.test_cores import _run
 
-_HASHES = re.compile(r"\(image hash [0-9a-f]+, original [0-9a-f]+\)")
 EXAMPLES = max(20, fuzz.EXAMPLES // 2)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -40,33 +35,17 @@ def _no_forced_core(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(native_core.ENV, raising=False)
 
 
-def _run(records: list[RawRecord], core: str, schemas: dict[str, Any]
-         ) -> tuple[bytes, list[tuple[Any, ...]], dict[str, Any]]:
-    translator = Translator(TranslatorConfig(native=core),
-                            Decoder(avro=AvroDecoder(FileSchemaResolver(schemas))))
-    assert translator.is_native == (core == "on")
-    translator.process_many(records)
-    translator.flush()
-    if core == "on":
-        lines, _, letters = translator.drain_json()
-    else:
-        changes, letters = translator.drain()
-        lines = b"".join(to_json(change) + b"\n" for change in changes)
-    dead = [(d.record.partition, d.record.offset, d.stage, d.error_class,
-             _HASHES.sub("(hashes)", d.message)) for d in letters]
-    return bytes(lines), dead, translator.counters.as_dict()
-
-
 def compare(records: list[RawRecord], capfd: pytest.CaptureFixture[str],
-            extra_schemas: dict[str, Any] | None = None) -> None:
-    schemas = {str(fuzz.AVRO_ID): fuzz.AVRO_ENVELOPE, str(fuzz.AVRO_KEY_ID): fuzz.AVRO_KEY,
+            extra_schemas: dict[int, Any] | None = None) -> None:
+    schemas = {fuzz.AVRO_ID: fuzz.AVRO_ENVELOPE, fuzz.AVRO_KEY_ID: fuzz.AVRO_KEY,
                **(extra_schemas or {})}
+    stream = Stream(records, [], schemas, "bytes")
     capfd.readouterr()
-    python = _run(records, "off", schemas)
-    native = _run(records, "on", schemas)
+    python = _run(stream, "off", {}, len(records), expect=False)
+    native = _run(stream, "on", {}, len(records), expect=False)
     assert "panicked" not in capfd.readouterr().err, records
     # a message names the record's fault, never a Python object's address (another per run)
-    assert not any(" at 0x" in letter[4] for letter in python[1]), python[1]
+    assert not any(" at 0x" in letter[-1] for letter in python[1]), python[1]
     assert native[2] == python[2], "counters differ"
     assert native[1] == python[1], "dead letters differ"
     assert native[0] == python[0], "canonical lines differ"
@@ -92,7 +71,7 @@ def test_confluent_avro_with_random_writer_schemas(
         case: tuple[bytes, dict[str, Any]], key: bytes | None, hdrs: tuple[Any, ...],
         capfd: pytest.CaptureFixture[str]) -> None:
     value, schema = case
-    compare([fuzz.one(value, key, hdrs)], capfd, {str(fuzz.AVRO_ID + 100): schema})
+    compare([fuzz.one(value, key, hdrs)], capfd, {fuzz.AVRO_ID + 100: schema})
 
 
 @FUZZ
@@ -118,4 +97,4 @@ def test_an_avro_record_that_ends_early(capfd: pytest.CaptureFixture[str]) -> No
     """The other: a Confluent Avro value cut short (fastavro's error names the stream it
     reads from, ``<_io.BytesIO object at 0x…>``)."""
     schema = {"type": "record", "name": "r", "fields": [{"name": "f", "type": "float"}]}
-    compare([fuzz.one(b"\x00\x00\x00\x00e\x01", b'{"id":1}')], capfd, {"101": schema})
+    compare([fuzz.one(b"\x00\x00\x00\x00e\x01", b'{"id":1}')], capfd, {101: schema})

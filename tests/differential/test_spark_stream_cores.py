@@ -141,7 +141,7 @@ def _spark_rows(frames: list[Any], padding: int) -> list[dict[str, Any]]:
     empty = pd.DataFrame(dict.fromkeys(schema.names), index=list(range(padding)))
     with warnings.catch_warnings():  # pandas on PySpark's all-null padding, as in translate
         warnings.filterwarnings("ignore", category=FutureWarning,
-                                message="The behavior of DataFrame concatenation with empty")
+                                message=T.PANDAS_CONCAT_NOTICE)
         joined = pd.concat([*frames, empty], ignore_index=True)
     batch = PandasToArrowConversion.convert(
         joined, schema, timezone="UTC", safecheck=True, arrow_cast=True,
