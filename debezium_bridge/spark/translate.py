@@ -1042,9 +1042,17 @@ def translate(df: Any, config: TranslateConfig | None = None,
                                                          _RELEASE_SCHEMA)
     else:
         released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
-    observed = released.observe(
-        f"{METRICS_NAME}_release", *(F.sum(f"n_{c}").alias(c) for c in RELEASE_COUNTERS))
-    rows = observed.where(F.col("kind") != "stats").drop(*(f"n_{c}" for c in RELEASE_COUNTERS))
+    return output_rows(released.observe(
+        f"{METRICS_NAME}_release", *(F.sum(f"n_{c}").alias(c) for c in RELEASE_COUNTERS)))
+
+
+def output_rows(released: Any) -> Any:
+    """The last step of :func:`translate`: the release step's rows (:data:`_RELEASE_SCHEMA`)
+    without the counter rows and columns, with the :data:`NATIVE_HEADERS` of the native
+    change rows."""
+    from pyspark.sql import functions as F
+
+    rows = released.where(F.col("kind") != "stats").drop(*(f"n_{c}" for c in RELEASE_COUNTERS))
     return rows.withColumn("headers", _headers_column()).drop("lineage")
 
 
