@@ -15,6 +15,12 @@ it too:
   and the output is UTF-8 JSON: all are dead letters.
 - Duplicate member names (RFC 8259 §4: unpredictable): the last one counts, as Python's
   ``json`` module documents and Jackson's default (the parser Kafka Connect uses) does.
+
+The schema-ful part takes an insert as JsonConverter writes it, with a column of each Connect
+type and each logical type of the SQL Server connector, and gives each column values of other
+JSON types and out-of-range numbers, and other schemas (types, optionality, decimal
+parameters, an unknown logical name). Most become dead letters, which the native core leaves
+to the Python decoder; the plain row the native core reads itself.
 """
 
 from __future__ import annotations
@@ -163,8 +169,10 @@ def records(value: str, key: bytes | None = b'{"id":1}') -> list[RawRecord]:
             for n in (0, 1)]
 
 
-def both(value: str, key: bytes | None = b'{"id":1}') -> tuple[Any, ...]:
-    """Both cores' results; they must agree."""
+def both(value: str, key: bytes | None = b'{"id":1}', *, native_reads: bool = False
+         ) -> tuple[Any, ...]:
+    """Both cores' results; they must agree. ``native_reads``: the native core reads both
+    records itself (declines none to the Python decoder)."""
     stream = Stream(records(value, key), [(TOPIC, 0)], {}, "bytes")
     python = _run(stream, "off", {}, 2, expect=False)
     native = _run(stream, "on", {}, 2, expect=False)
@@ -172,6 +180,7 @@ def both(value: str, key: bytes | None = b'{"id":1}') -> tuple[Any, ...]:
     assert native[1] == python[1], "dead letters differ"
     assert native[0] == python[0], "canonical lines differ"
     assert native[3] == python[3], "state sizes differ"
+    assert not native_reads or native[4] == 0, "the native core declined the records"
     return python
 
 
@@ -185,7 +194,7 @@ def test_the_cores_agree(case: str, key_case: str) -> None:
 
 
 def test_the_plain_envelope_is_one_insert() -> None:
-    lines, dead, counters, _, _ = both(PLAIN)
+    lines, dead, counters, _, _ = both(PLAIN, native_reads=True)
     assert not dead
     (line,) = lines.splitlines()  # the replay at offset 1 is dropped
     record = json.loads(line)
@@ -196,7 +205,8 @@ def test_the_plain_envelope_is_one_insert() -> None:
 
 @pytest.mark.parametrize("case", sorted(SAME_AS_PLAIN))
 def test_equivalent_spellings_give_the_same_record(case: str) -> None:
-    assert both(SAME_AS_PLAIN[case])[:2] == both(PLAIN)[:2]
+    """The native core reads each spelling along its own layout reader (none is declined)."""
+    assert both(SAME_AS_PLAIN[case], native_reads=True)[:2] == both(PLAIN)[:2]
 
 
 @pytest.mark.parametrize("case", sorted(NOT_JSON))
@@ -217,3 +227,101 @@ def test_the_last_duplicate_member_counts(case: str) -> None:
     for name in path:
         found = found[name]
     assert found == last
+
+
+# --------------------------------------------------------------------------- schema-ful values
+
+def _field(kind: str, name: str, optional: bool = True, logical: str | None = None,
+           parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    field: dict[str, Any] = {"type": kind, "optional": optional, "field": name}
+    if logical:
+        field.update(name=logical, version=1)
+    if parameters:
+        field["parameters"] = parameters
+    return field
+
+
+# JsonConverter's schema of a row with each Connect type and each logical type the SQL Server
+# connector writes, and a row of values it would write for them.
+COLUMNS = [
+    _field("int32", "id", optional=False), _field("int8", "ti"), _field("int16", "si"),
+    _field("int64", "bi"), _field("float", "r"), _field("double", "fl"), _field("boolean", "b"),
+    _field("string", "s"), _field("bytes", "bin"),
+    _field("bytes", "dec", logical="org.apache.kafka.connect.data.Decimal",
+           parameters={"scale": "2", "connect.decimal.precision": "10"}),
+    _field("int32", "d", logical="io.debezium.time.Date"),
+    _field("int32", "t", logical="io.debezium.time.Time"),
+    _field("int64", "mt", logical="io.debezium.time.MicroTime"),
+    _field("int64", "nt", logical="io.debezium.time.NanoTime"),
+    _field("int64", "ts", logical="io.debezium.time.Timestamp"),
+    _field("int64", "mts", logical="io.debezium.time.MicroTimestamp"),
+    _field("int64", "nts", logical="io.debezium.time.NanoTimestamp"),
+    _field("string", "z", logical="io.debezium.time.ZonedTimestamp"),
+    _field("int32", "cd", logical="org.apache.kafka.connect.data.Date"),
+    _field("int64", "cts", logical="org.apache.kafka.connect.data.Timestamp"),
+    _field("int32", "ct", logical="org.apache.kafka.connect.data.Time"),
+    _field("string", "x", logical="io.debezium.data.Xml"),
+    _field("string", "u", logical="io.debezium.data.Uuid"),
+]
+ROW = {"id": 1, "ti": 5, "si": 300, "bi": 1234567890123, "r": 1.5, "fl": 2.25, "b": True,
+       "s": "x", "bin": "AQID", "dec": "MDk=", "d": 19000, "t": 3600000, "mt": 3600000000,
+       "nt": 3600000000000, "ts": 1700000000000, "mts": 1700000000000000,
+       "nts": 1700000000000000000, "z": "2023-11-14T22:13:20.123456Z", "cd": 19000,
+       "cts": 1700000000000, "ct": 3600000, "x": "<a/>",
+       "u": "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}
+OTHER_VALUES = [
+    None, 0, -1, 127, 128, 256, 32768, 2**31 - 1, 2**31, -2**31 - 1, 2**63 - 1, 2**63,
+    -2**63 - 1, 2**64, 1.0, 1.5, -0.0, 1e300, 1e-300, 3.5e38, 0.1, "", "x", "AQI", "AQ==",
+    "!!!!", "1", "2023-11-14T22:13:20Z", True, [], {}, [1], {"a": 1}, "\u00e9",
+]
+SCHEMA_CHANGES: list[dict[str, Any]] = [
+    {"type": "float64"}, {"type": "int"}, {"type": "array"}, {"type": "map"},
+    {"type": "struct"}, {"optional": False}, {"parameters": {}}, {"parameters": {"scale": "x"}},
+    {"parameters": {"scale": "-2"}}, {"name": "io.debezium.time.Unknown"},
+]
+_SOURCE_SCHEMA = {
+    "type": "struct", "optional": False, "name": "io.debezium.connector.sqlserver.Source",
+    "field": "source", "fields": [
+        _field("string", "version", False), _field("string", "connector", False),
+        _field("string", "name", False), _field("int64", "ts_ms", False),
+        _field("string", "snapshot", True, "io.debezium.data.Enum",
+               {"allowed": "true,last,false,incremental"}),
+        _field("string", "db", False), _field("string", "sequence"),
+        _field("string", "schema", False), _field("string", "table", False),
+        _field("string", "change_lsn"), _field("string", "commit_lsn"),
+        _field("int64", "event_serial_no")]}
+SCHEMAFUL_KEY = json.dumps({
+    "schema": {"type": "struct", "optional": False, "name": "srv.db.dbo.t.Key",
+               "fields": [_field("int32", "id", False)]},
+    "payload": {"id": 1}}, separators=(",", ":")).encode()
+
+
+def schemaful(columns: list[dict[str, Any]], row: dict[str, Any]) -> str:
+    """An insert as JsonConverter writes it with ``schemas.enable=true``."""
+    image = {"type": "struct", "fields": columns, "optional": True, "name": "srv.db.dbo.t.Value"}
+    schema = {"type": "struct", "optional": False, "name": "srv.db.dbo.t.Envelope", "version": 1,
+              "fields": [dict(image, field="before"), dict(image, field="after"),
+                         _SOURCE_SCHEMA, _field("string", "op", False),
+                         _field("int64", "ts_ms")]}
+    payload = {"before": None, "after": row, "source": json.loads(SOURCE), "op": "c",
+               "ts_ms": 1700000000267}
+    return json.dumps({"schema": schema, "payload": payload}, separators=(",", ":"))
+
+
+def test_the_schemaful_row_is_read() -> None:
+    lines, dead, _, _, _ = both(schemaful(COLUMNS, ROW), SCHEMAFUL_KEY, native_reads=True)
+    assert not dead and len(lines.splitlines()) == 1
+
+
+@pytest.mark.parametrize("column", [c["field"] for c in COLUMNS])
+def test_the_cores_agree_on_other_values_of_each_type(column: str) -> None:
+    for value in OTHER_VALUES:
+        both(schemaful(COLUMNS, {**ROW, column: value}), SCHEMAFUL_KEY)
+
+
+@pytest.mark.parametrize("column", [c["field"] for c in COLUMNS])
+def test_the_cores_agree_on_other_schemas_of_each_column(column: str) -> None:
+    for change in SCHEMA_CHANGES:
+        columns = [dict(c, **change) if c["field"] == column else c for c in COLUMNS]
+        row = {**ROW, column: None} if change == {"optional": False} else ROW
+        both(schemaful(columns, row), SCHEMAFUL_KEY)
