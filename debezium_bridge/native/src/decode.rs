@@ -745,8 +745,9 @@ impl Decoder {
         let Written {
             mut buf,
             members,
-            unavailable,
+            mut unavailable,
         } = written;
+        crate::dom::first_occurrences(&mut unavailable);
         let op = match env.op {
             Some("c") => b'c',
             Some("u") => b'u',

@@ -1,0 +1,162 @@
+"""Inputs whose size once made a core quadratic: very wide row images, many events at one
+position, many unavailable columns, images that list their columns in two orders, and a key
+changed many times in one net-changes window.
+
+Each was found by feeding one large record (or stream) to both cores: a 100,000-column image
+took the native core 18 s (its duplicate-name check compared every name with every earlier
+one), 40,000 inserts at one position 2.7 s (the replay mark's pairs were scanned), 40,000
+unavailable columns 5.6 s on the Python core and 4 s on the native one (lists scanned for each
+column), a 100,000-column update with its columns in another order 7 s, and 20,000 updates of
+one key 7.3 s of net changes (the key's lineage list scanned per change). Fixed, each takes a
+fraction of a second. These are not timings: the sizes are such that the quadratic code
+would run for a minute or more, so each case runs in a forked process that a hang guard
+(:func:`guarded`, far above the linear cost on a slow machine) kills, failing the test
+instead of stalling CI (a signal would not stop native code). What is asserted is the output,
+on both cores, against what the input says (each column, each event, each change once).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from debezium_bridge.core import Translator, TranslatorConfig
+from debezium_bridge.core import native as native_core
+from debezium_bridge.core.net import net_changes
+from debezium_bridge.model.change import ChangeRecord, LineageRef
+from debezium_bridge.model.records import RawRecord
+
+TOPIC = "srv.db.dbo.t"
+PLACEHOLDER = "__debezium_unavailable_value"  # the connector's default placeholder
+GUARD_SECONDS = 30
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(native_core.ENV, raising=False)
+
+
+def _child(case: Callable[[], None]) -> None:
+    try:
+        case()
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def guarded(case: Callable[[], None], seconds: int = GUARD_SECONDS) -> None:
+    """Run ``case`` in a forked process; fail when it fails or is still running after
+    ``seconds`` (then it is killed)."""
+    process = multiprocessing.get_context("fork").Process(target=_child, args=(case,))
+    process.start()
+    process.join(seconds)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        pytest.fail(f"still running after {seconds} s: quadratic again?")
+    assert process.exitcode == 0, "the case failed (its traceback is in the captured stderr)"
+
+
+def source(n: int, serial: int = 1) -> dict[str, Any]:
+    lsn = f"{n + 1:08x}:00000d08:0015"
+    return {"version": "2.7.0.Final", "connector": "sqlserver", "name": "srv",
+            "ts_ms": 1700000000067, "snapshot": "false", "db": "db", "sequence": None,
+            "schema": "dbo", "table": "t", "change_lsn": lsn, "commit_lsn": lsn,
+            "event_serial_no": serial}
+
+
+def record(offset: int, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
+           src: dict[str, Any], key: int = 1) -> RawRecord:
+    value = {"before": before, "after": after, "source": src, "op": op, "ts_ms": 1700000000267}
+    return RawRecord(topic=TOPIC, partition=0, offset=offset, timestamp=1,
+                     key=b'{"id":%d}' % key, value=json.dumps(value).encode())
+
+
+def translate(records: list[RawRecord]) -> list[ChangeRecord]:
+    """Both cores' change records (they must agree)."""
+    results = []
+    for core in ("off", "on"):
+        translator = Translator(TranslatorConfig(native=core))
+        assert translator.is_native == (core == "on")
+        translator.process_many(records)
+        translator.flush()
+        changes, dead = translator.drain()
+        assert not dead
+        results.append(changes)
+    python, native = results
+    assert native == python
+    return python
+
+
+@pytest.mark.parametrize("width", [200_000])
+def test_a_very_wide_image(width: int) -> None:
+    def case() -> None:
+        after = {f"c{i}": i for i in range(width)}
+        (change,) = translate([record(0, "c", None, after, source(0))])
+        assert change.after == after
+        assert change.changed_columns == list(after)  # an insert names every column
+
+    guarded(case)
+
+
+@pytest.mark.parametrize("events", [100_000])
+def test_many_events_at_one_position(events: int) -> None:
+    """Distinct keys at one (commit, change, serial) position are distinct events, each
+    released once; their replays are duplicates."""
+    def case() -> None:
+        at = source(0)
+        records = [record(i, "c", None, {"id": i}, at, key=i) for i in range(events)]
+        replays = [record(events + i, "c", None, {"id": i}, at, key=i) for i in range(events)]
+        changes = translate(records + replays)
+        assert sorted(c.after["id"] for c in changes if c.after) == list(range(events))
+
+    guarded(case)
+
+
+@pytest.mark.parametrize("width", [100_000])
+def test_many_unavailable_columns(width: int) -> None:
+    """An update that did not send its LOB columns: each is null in ``after``, listed as
+    unavailable and never as changed (the connector's placeholder, SPEC)."""
+    def case() -> None:
+        before = {"id": 1, **{f"c{i}": f"v{i}" for i in range(width)}}
+        after = {"id": 1, **{f"c{i}": PLACEHOLDER for i in range(width)}}
+        (change,) = translate([record(0, "u", before, after, source(0))])
+        names = [f"c{i}" for i in range(width)]
+        assert change.unavailable_columns == names
+        assert change.after == {"id": 1, **dict.fromkeys(names)}
+        assert change.changed_columns == []
+
+    guarded(case)
+
+
+@pytest.mark.parametrize("width", [200_000])
+def test_an_update_whose_images_list_columns_in_two_orders(width: int) -> None:
+    def case() -> None:
+        before = {f"c{i}": i for i in range(width)}
+        after = {f"c{i}": i + (i % 2) for i in reversed(range(width))}
+        (change,) = translate([record(0, "u", before, after, source(0))])
+        assert change.changed_columns == [f"c{i}" for i in reversed(range(width)) if i % 2]
+
+    guarded(case)
+
+
+@pytest.mark.parametrize("updates", [100_000])
+def test_a_key_changed_many_times_in_one_net_window(updates: int) -> None:
+    """``cdc.fn_cdc_get_net_changes``: one row per key, with its final content; the lineage
+    names every change once, in order."""
+    def case() -> None:
+        changes = translate([record(i, "u", {"id": 1, "v": i}, {"id": 1, "v": i + 1},
+                                    source(i)) for i in range(updates)])
+        (net,) = net_changes(changes)
+        assert (net.op, net.before, net.after) == ("update", {"id": 1, "v": 0},
+                                                  {"id": 1, "v": updates})
+        assert net.lineage == [LineageRef(TOPIC, 0, i) for i in range(updates)]
+
+    guarded(case)
