@@ -175,7 +175,9 @@ class ColumnCatalog:
         self._by_table: dict[tuple[str, str, tuple[str, ...]],
                              list[tuple[str | None, Columns]]] = {}
         self._by_names: dict[tuple[str, ...], Columns] = {}
-        self._guessed: dict[tuple[str, str], str] = {}
+        self._guessed: dict[str, dict[str, str]] = {}
+        """Guessed SQL types per table id and column, least recently guessed table first."""
+        self._guessed_columns = 0
         self._cache: dict[tuple[str, tuple[str, ...]], Columns | None] = {}
         self.version = 0
         """Incremented whenever a registration can change a lookup result."""
@@ -233,23 +235,27 @@ class ColumnCatalog:
 
     def guess(self, table: TableRef, images: Iterable[Mapping[str, Any] | None],
               names: tuple[str, ...]) -> Columns:
-        """Columns guessed from values (source 4), sticky per table and column."""
+        """Columns guessed from values (source 4), sticky per table and column. Past
+        :data:`GUESSED_COLUMNS` remembered columns, whole tables are forgotten, least recently
+        guessed first, never the table at hand (forgetting entries in the middle of a record
+        made its earlier columns ``nvarchar(max)``)."""
         table_id = table.table_id
-        guessed = self._guessed
+        guessed = self._guessed.pop(table_id, None) or {}
+        known = len(guessed)
         for image in images:
             if not image:
                 continue
             for name, value in image.items():
-                key = (table_id, name)
-                if key not in guessed or guessed[key] == "nvarchar(max)":
+                if guessed.get(name, "nvarchar(max)") == "nvarchar(max)":
                     found = guess_type(value)
-                    if found is not None and guessed.get(key) != found:
-                        if len(guessed) > 100_000:
-                            guessed.clear()
-                        guessed[key] = found
-        return tuple(
-            CatalogColumn(name, guessed.get((table_id, name), "nvarchar(max)"), index, False)
-            for index, name in enumerate(names))
+                    if found is not None:
+                        guessed[name] = found
+        self._guessed[table_id] = guessed  # now the most recently guessed
+        self._guessed_columns += len(guessed) - known
+        while self._guessed_columns > GUESSED_COLUMNS and len(self._guessed) > 1:
+            self._guessed_columns -= len(self._guessed.pop(next(iter(self._guessed))))
+        return tuple(CatalogColumn(name, guessed.get(name, "nvarchar(max)"), index, False)
+                     for index, name in enumerate(names))
 
     def columns_for(self, record: ChangeRecord) -> Columns:
         """The columns of the record's table version (registered, else guessed)."""
@@ -261,6 +267,8 @@ class ColumnCatalog:
 
 
 _MISSING: Any = object()
+GUESSED_COLUMNS = 100_000
+"""How many guessed (table, column) types a catalog keeps (whole tables are forgotten)."""
 
 
 def record_column_names(record: ChangeRecord) -> tuple[str, ...]:

@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 from debezium_bridge.errors import ConfigError, ValueConversionError
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.ces.render import RenderStats, parser, renderer
-from debezium_bridge.formats.columns import ColumnCatalog, column_type, columns_of
+from debezium_bridge.formats.columns import (
+    GUESSED_COLUMNS,
+    ColumnCatalog,
+    column_type,
+    columns_of,
+)
 from debezium_bridge.formats.debezium.sqltypes import SqlColumn, connect_column
 from debezium_bridge.model.change import TableRef
 from debezium_bridge.model.schema import Column, TableSchema
@@ -141,6 +146,23 @@ def test_guessed_types_stick_per_column() -> None:
                                                   ("bit", False)]
     later = catalog.guess(table, [{"id": 2, "n": 1.5, "f": None}], ("id", "n", "f"))
     assert [c.type for c in later] == ["bigint", "float", "bit"]
+
+
+def test_the_guesses_kept_are_bounded_by_whole_tables() -> None:
+    """Past the bound, the least recently guessed tables are forgotten, never columns of the
+    table at hand: a record wider than the bound keeps every guess, and a table guessed again
+    after another was forgotten still has its own."""
+    catalog = ColumnCatalog()
+    wide = {f"c{i}": i for i in range(GUESSED_COLUMNS + 10)}
+    found = catalog.guess(TableRef("db", "dbo", "wide"), [wide], tuple(wide))
+    assert {c.type for c in found} == {"bigint"}
+    tables = [TableRef("db", "dbo", f"t{n}") for n in range(GUESSED_COLUMNS // 100 + 2)]
+    row = {f"c{i}": i % 2 == 0 for i in range(100)}
+    for table in tables:
+        assert {c.type for c in catalog.guess(table, [row], tuple(row))} == {"bit"}
+    # "wide" was forgotten first; the oldest small tables followed it, the newest are kept
+    assert catalog.guess(TableRef("db", "dbo", "wide"), [], ("c0",))[0].type == "nvarchar(max)"
+    assert catalog.guess(tables[-1], [], ("c0",))[0].type == "bit"
 
 
 # --------------------------------------------------------------------------- values
