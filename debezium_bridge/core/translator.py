@@ -782,14 +782,17 @@ class Translator:
         if len(left_d) == 1 and len(left_c) == 1:
             pairs.append((left_d[0], left_c[0]))
             used.update((id(left_d[0]), id(left_c[0])))
-        else:
-            for d in left_d:  # Case B headers name the partner exactly
-                for c in left_c:
-                    if id(c) not in used and d.partner_key_id == c.key_id \
-                            and c.partner_key_id == d.key_id:
-                        pairs.append((d, c))
-                        used.update((id(d), id(c)))
-                        break
+        else:  # Case B headers name the partner exactly: each delete takes the first create
+            # naming it (an index, not a scan: a bulk key update puts thousands at one position)
+            named: dict[tuple[bytes | None, bytes | None], list[ChangeEvent]] = {}
+            for c in reversed(left_c):
+                named.setdefault((c.key_id, c.partner_key_id), []).append(c)
+            for d in left_d:
+                partners = named.get((d.partner_key_id, d.key_id))
+                if partners:
+                    c = partners.pop()
+                    pairs.append((d, c))
+                    used.update((id(d), id(c)))
         for d, c in pairs:
             merged = self._merged(d, c)
             if merged.key_changed:
