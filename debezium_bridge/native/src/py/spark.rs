@@ -519,6 +519,7 @@ fn marks_of(marks: Vec<MarkTuple>) -> PyResult<Vec<(String, i32, crate::stream::
             position,
             at,
             offset,
+            at_index: Default::default(),
         };
         out.push((topic, partition, mark));
     }
