@@ -251,6 +251,30 @@ class _Unit(msgspec.Struct, gc=False):
         return self.rows[-1].seqval
 
 
+class _Fields:
+    """A row's fields by column name: the exact name, else the first field in row order whose
+    name is equal ignoring case (exports may change the case of column names)."""
+
+    __slots__ = ("_fields", "_folded")
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = fields
+        self._folded: dict[str, Any] | None = None
+
+    def get(self, name: str) -> Any:
+        fields = self._fields
+        if name in fields:
+            return fields[name]
+        folded = self._folded
+        if folded is None:
+            # folded once, on the row's first miss: scanning the row per missing column was
+            # quadratic (20k columns: 200M str.lower calls)
+            folded = self._folded = {}
+            for key, value in fields.items():
+                folded.setdefault(key.lower(), value)  # the first in row order, as the scan
+        return folded.get(name.lower())
+
+
 class _Stream:
     """Per capture instance: the open transaction, the serial counter."""
 
@@ -340,22 +364,14 @@ class CdcDecoder:
             self._tx.pop(commit, None)
 
     # -- parsing --------------------------------------------------------------------------
-    def _field(self, fields: Mapping[str, Any], name: str) -> Any:
-        if name in fields:
-            return fields[name]
-        lowered = name.lower()
-        for key, value in fields.items():
-            if key.lower() == lowered:
-                return value
-        return None
-
     def _parse(self, row: CdcRow, table: PreparedTable) -> _Row:
         fields = row.fields
+        named = _Fields(fields)
         prefer = self.settings.binary_text
         if prefer == "auto":
             prefer = "base64" if row.json else "hex"
-        start_text = self._field(fields, START_LSN)
-        seqval_text = self._field(fields, SEQVAL)
+        start_text = named.get(START_LSN)
+        seqval_text = named.get(SEQVAL)
         if start_text is None or seqval_text is None:
             raise RowError(f"{START_LSN if start_text is None else SEQVAL} is NULL (the "
                            "connector skips such rows with an error)")
@@ -364,7 +380,7 @@ class CdcDecoder:
             seqval = cells.lsn_of(seqval_text, prefer)
         except ValueConversionError as exc:
             raise RowError(f"bad LSN: {exc.message}") from None
-        op_value = self._field(fields, OPERATION)
+        op_value = named.get(OPERATION)
         try:
             op = cells.integer(op_value)
         except ValueConversionError:
@@ -372,7 +388,7 @@ class CdcDecoder:
         if op not in (DELETE, INSERT, UPDATE_OLD, UPDATE_NEW):
             raise RowError(f"unknown __$operation {op_value!r:.20} (1 delete, 2 insert, 3/4 "
                            "update old/new)")
-        mask_value = self._field(fields, UPDATE_MASK)
+        mask_value = named.get(UPDATE_MASK)
         mask = None
         if mask_value is not None and mask_value != "":
             try:
@@ -380,19 +396,19 @@ class CdcDecoder:
             except ValueConversionError as exc:
                 raise RowError(f"update mask: {exc.message}", stage="cdc-mask") from None
             self._check_mask(mask, op, table)
-        command = self._field(fields, COMMAND_ID)
+        command = named.get(COMMAND_ID)
         try:
             command_id = None if command in (None, "") else cells.integer(command)
         except ValueConversionError as exc:
             raise RowError(f"{COMMAND_ID}: {exc.message}") from None
-        time_ms = self._time(fields, start)
+        time_ms = self._time(named, start)
         values: dict[str, Any] = {}
         lob_mask = mask if table.has_lob and op in (UPDATE_OLD, UPDATE_NEW) else None
         order = self.settings.lob_mask_order
         for column in table.columns:
             cell = fields.get(column.name, _ABSENT)
             if cell is _ABSENT:
-                cell = self._field(fields, column.name)
+                cell = named.get(column.name)
             if cell is None:
                 if lob_mask is not None and column.lob \
                         and not mask_bit(lob_mask, column.ordinal, order):
@@ -420,15 +436,15 @@ class CdcDecoder:
                            "column's bit (inserts and deletes always set all)",
                            stage="cdc-mask")
 
-    def _time(self, fields: Mapping[str, Any], start: bytes) -> int | None:
+    def _time(self, named: _Fields, start: bytes) -> int | None:
         for name in self._time_fields:
-            value = self._field(fields, name)
+            value = named.get(name)
             if value is not None and value != "":
                 return cells.server_time_ms(value, self._offset)
         if self.lsn_times is not None:
             return self.lsn_times.get(start, self.settings.source_time)
         for name in TIME_COLUMNS:  # the other time column is better than none
-            value = self._field(fields, name)
+            value = named.get(name)
             if value is not None and value != "":
                 return cells.server_time_ms(value, self._offset)
         return None
@@ -530,7 +546,8 @@ class CdcDecoder:
             old = unit.rows[0] if len(unit.rows) == 2 else None
             before, gone_before = decode(dict(old.values)) if old is not None else (None, ())
             after, gone_after = decode(dict(last.values))
-            unavailable = gone_before + tuple(c for c in gone_after if c not in gone_before)
+            gone_set = set(gone_before)  # membership in the tuple was quadratic in its width
+            unavailable = gone_before + tuple(c for c in gone_after if c not in gone_set)
             mask = last.mask
             changed = (None if mask is None else
                        tuple(c for c in table.names if mask_bit(mask, table.ordinals[c])))

@@ -492,20 +492,22 @@ def _compile_row_function(schema: TableSchema, placeholder: str,
                 body += ["        " + line for line in conversion]
             continue
         body += [f"        if {marker}:", f"            row[{name}] = None",
-                 f"            {gone} += ({name},)"]
+                 f"            {gone}.append({name})"]
         if convert is not None:
             body += ["        else:", *("            " + line for line in conversion)]
     source = "\n".join([
         "def decode(row):",
         "    get = row.get",
-        "    text_gone = binary_gone = ()",
+        # lists joined once: a tuple grown per column was quadratic (40k columns: 6.5 s)
+        "    text_gone = []",
+        "    binary_gone = []",
         "    column = None",
         "    try:",
         *("    " + line for line in body or ["    pass"]),
         "    except ValueConversionError as exc:",
         "        exc.message = f'column {column!r}: {exc.message}'",
         "        raise",
-        "    return row, text_gone + binary_gone",
+        "    return row, (*text_gone, *binary_gone)",
         "",
     ])
     exec(compile(source, f"<row decoder {schema.name}>", "exec"), constants)
