@@ -232,8 +232,7 @@ class NetChanges:
             else:  # the row the window never saw before: its unsent columns are pre-window
                 known, unknown = {}, set(record.unavailable_columns)
                 origin = (record.old_key, record.seq)
-            sent = record.unavailable_columns
-            not_sent = set(sent) if len(sent) > 8 else sent
+            not_sent = set(record.unavailable_columns)
             for column, value in (record.before or {}).items():
                 if value is not None or column not in not_sent:
                     known[column] = value

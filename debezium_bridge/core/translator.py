@@ -199,12 +199,8 @@ def _lookup(names: tuple[str, ...]) -> Container[str]:
 
 def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
              unavailable: tuple[str, ...], order: tuple[str, ...] | None) -> list[str]:
-    if unavailable:
+    if unavailable or before is None or after is None:
         return _changed_available(before, after, _lookup(unavailable), order)
-    if before is None:
-        return [c for c in _columns(after, order) if c not in unavailable]
-    if after is None:
-        return _columns(before, order)
     missing = before.get
     if order is None:
         return [c for c, value in after.items() if missing(c, _ABSENT) != value]
@@ -215,7 +211,8 @@ def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
 def _changed_available(before: dict[str, Any] | None, after: dict[str, Any] | None,
                        unavailable: Container[str], order: tuple[str, ...] | None
                        ) -> list[str]:
-    """:func:`_changed` with some columns unavailable (never named as changed)."""
+    """:func:`_changed` with some columns unavailable (never named as changed), or an image
+    missing."""
     if before is None:
         return [c for c in _columns(after, order) if c not in unavailable]
     if after is None:

@@ -95,7 +95,7 @@ class PartitionMark(msgspec.Struct, array_like=True, frozen=True, gc=False):
     def merged(self, other: PartitionMark) -> PartitionMark:
         if self.position == other.position:
             position = self.position
-            mine = set(self.at_position) if len(self.at_position) > 8 else self.at_position
+            mine = set(self.at_position)
             at = self.at_position + tuple(x for x in other.at_position if x not in mine)
         elif other.position is not None and (self.position is None
                                              or other.position > self.position):

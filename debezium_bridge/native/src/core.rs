@@ -280,17 +280,15 @@ pub type SeenPair = (u8, Box<[u8]>);
 
 /// The (op, key id) pairs seen at a mark's position (`set` in the reference): a list, scanned
 /// while it is short (one or two pairs, as a rule), and indexed by a hash table past
-/// [`SEEN_SCAN`] pairs. Many events can share one position (bad input, or a connector that
+/// [`SCAN_LIMIT`] pairs. Many events can share one position (bad input, or a connector that
 /// repeats one); scanning them all was quadratic: 40,000 inserts at one position took 2.7 s
 /// against the reference's 0.33 s.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
     pairs: Vec<SeenPair>,
-    /// Indices into `pairs` by the hash of the pair, once there are more than [`SEEN_SCAN`].
+    /// Indices into `pairs` by the hash of the pair, once there are more than [`SCAN_LIMIT`].
     index: hashbrown::HashTable<u32>,
 }
-
-const SEEN_SCAN: usize = 8;
 
 fn pair_hash(op: u8, key: &[u8]) -> u64 {
     let mut h = hasher(3);
@@ -308,7 +306,7 @@ impl Seen {
     }
 
     fn contains(&self, op: u8, key: &[u8]) -> bool {
-        if self.pairs.len() <= SEEN_SCAN {
+        if self.pairs.len() <= SCAN_LIMIT {
             return self.pairs.iter().any(|(o, k)| *o == op && **k == *key);
         }
         let pairs = &self.pairs;
@@ -336,8 +334,8 @@ impl Seen {
             pair_hash(*o, k)
         };
         let from = match pairs.len() {
-            n if n <= SEEN_SCAN => return,
-            n if n == SEEN_SCAN + 1 => 0,
+            n if n <= SCAN_LIMIT => return,
+            n if n == SCAN_LIMIT + 1 => 0,
             n => n - 1,
         };
         for (i, (o, k)) in pairs.iter().enumerate().skip(from) {
@@ -1051,7 +1049,7 @@ impl Core {
                 let mut pairs: Vec<(usize, usize)> = Vec::new();
                 // A bulk key update puts thousands of deletes and creates at one position: past
                 // a few, creates are found through maps, not scans (32,000 pairs took 18 s).
-                let many = creates.len() > SCAN_NAMES;
+                let many = creates.len() > SCAN_LIMIT;
                 // creates_by_key: the last create with a key wins
                 let by_key: hashbrown::HashMap<&[u8], usize> = if many {
                     creates
@@ -1555,10 +1553,13 @@ impl<'a> Order<'a> {
     }
 }
 
-/// Images and lists up to this long are scanned for a name; longer ones are hashed (scanning
-/// was quadratic: 40,000 unavailable columns took 4 s, a 100,000-column update whose images
-/// list their columns in two orders 7 s).
-const SCAN_NAMES: usize = 8;
+/// Lists up to this long are scanned for an entry; longer ones are looked up through a hash
+/// index (the replay mark's pairs, a change's unavailable columns, an image's members, the
+/// creates of a position group; in `dom` and `stream`: the unavailable columns written, a
+/// streaming mark's pairs and a group's identities). Scanning was quadratic in each: e.g.
+/// 40,000 unavailable columns took 4 s, a 100,000-column update whose images list their
+/// columns in two orders 7 s.
+pub(crate) const SCAN_LIMIT: usize = 8;
 
 /// Up to this many partitions the watermark is a pass over their marks; past it, the mark heap.
 const SCAN_PARTITIONS: usize = 64;
@@ -1571,15 +1572,11 @@ enum Unavailable<'a> {
 
 impl<'a> Unavailable<'a> {
     fn new(names: &'a [Box<str>]) -> Self {
-        if names.len() <= SCAN_NAMES {
+        if names.len() <= SCAN_LIMIT {
             Unavailable::Few(names)
         } else {
             Unavailable::Many(names.iter().map(|u| escaped(u)).collect())
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        matches!(self, Unavailable::Few(names) if names.is_empty())
     }
 
     fn contains(&self, escaped_name: &[u8]) -> bool {
@@ -1623,7 +1620,7 @@ impl<'a> Members<'a> {
         let span = |s: (u32, u32)| &e.buf[s.0 as usize..s.1 as usize];
         match self.members.get(hint) {
             Some(m) if span(m.name) == name => Some(span(m.value)),
-            _ if self.members.len() <= SCAN_NAMES => self
+            _ if self.members.len() <= SCAN_LIMIT => self
                 .members
                 .iter()
                 .find(|m| span(m.name) == name)
@@ -1778,7 +1775,7 @@ fn changed(
         Some(order) => {
             for (i, name) in order.names.iter().enumerate() {
                 let esc = order.escaped(name);
-                if !unavailable.is_empty() && unavailable.contains(&esc) {
+                if unavailable.contains(&esc) {
                     continue;
                 }
                 if differs(&esc, i) {
@@ -1789,7 +1786,7 @@ fn changed(
         None => {
             for (i, m) in am.iter().enumerate() {
                 let name = &ae.buf[m.name.0 as usize..m.name.1 as usize];
-                if !unavailable.is_empty() && unavailable.contains(name) {
+                if unavailable.contains(name) {
                     continue;
                 }
                 if differs(name, i) {

@@ -231,7 +231,7 @@ impl GoneColumns {
 /// until this runs on the event's list (testing each name against the list as it was written
 /// was quadratic: 40,000 unavailable columns took 1.6 s).
 pub fn first_occurrences(names: &mut Vec<Box<str>>) {
-    if names.len() <= 8 {
+    if names.len() <= crate::core::SCAN_LIMIT {
         let mut i = 1;
         while i < names.len() {
             if names[..i].contains(&names[i]) {

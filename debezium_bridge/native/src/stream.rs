@@ -17,7 +17,7 @@
 //! seen-event count of commits with groups, the transaction END records not yet matched. Its
 //! bytes start with [`MAGIC`], which no msgpack state of the Python reference starts with.
 
-use crate::core::{image_digest, lsn_key_of, sort_key, Core, LsnKey, SortKey, TOP};
+use crate::core::{image_digest, lsn_key_of, sort_key, Core, LsnKey, SortKey, SCAN_LIMIT, TOP};
 use crate::event::Event;
 use crate::window::{
     arrival_order, complete_pair, group_key, identity, key_hash, repeated, window_core, Counts,
@@ -48,14 +48,12 @@ pub struct Mark {
     pub at_index: AtIndex,
 }
 
-/// A set of a [`Mark`]'s `at`, built when a lookup first needs it (past [`SCAN_AT`] pairs)
+/// A set of a [`Mark`]'s `at`, built when a lookup first needs it (past [`SCAN_LIMIT`] pairs)
 /// and kept up by [`Mark::note`]: many events at one position made the scans of `at`
 /// quadratic (80,000: 3.3 s when checked for replays, 4.7 s when noted). It is no part of the
 /// mark's value: any two are equal, and a clone starts empty.
 #[derive(Default)]
 pub struct AtIndex(std::sync::OnceLock<hashbrown::HashSet<Vec<u8>>>);
-
-const SCAN_AT: usize = 8;
 
 impl PartialEq for AtIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -109,7 +107,7 @@ impl Mark {
 
     /// Whether `op + key` `local` was read at `position`.
     pub fn has_at(&self, local: &[u8]) -> bool {
-        if self.at.len() <= SCAN_AT {
+        if self.at.len() <= SCAN_LIMIT {
             return self.at.iter().any(|a| **a == *local);
         }
         self.at_index
@@ -165,7 +163,7 @@ struct Group {
 impl Group {
     /// The image digest of the first copy of identity `id`, if `id` was seen.
     fn first_digest(&mut self, id: u128) -> Option<Option<u64>> {
-        if self.seen.len() <= SCAN_AT {
+        if self.seen.len() <= SCAN_LIMIT {
             return self.seen.iter().find(|s| s.0 == id).map(|s| s.1);
         }
         let seen = &self.seen;
