@@ -169,11 +169,11 @@ def records(value: str, key: bytes | None = b'{"id":1}') -> list[RawRecord]:
             for n in (0, 1)]
 
 
-def both(value: str, key: bytes | None = b'{"id":1}', *, native_reads: bool = False
-         ) -> tuple[Any, ...]:
+def both(value: str, key: bytes | None = b'{"id":1}', *, native_reads: bool = False,
+         binary_mode: str = "bytes") -> tuple[Any, ...]:
     """Both cores' results; they must agree. ``native_reads``: the native core reads both
     records itself (declines none to the Python decoder)."""
-    stream = Stream(records(value, key), [(TOPIC, 0)], {}, "bytes")
+    stream = Stream(records(value, key), [(TOPIC, 0)], {}, binary_mode)
     python = _run(stream, "off", {}, 2, expect=False)
     native = _run(stream, "on", {}, 2, expect=False)
     assert native[2] == python[2], "counters differ"
@@ -323,3 +323,24 @@ def test_the_cores_agree_on_other_schemas_of_each_column(column: str) -> None:
         columns = [dict(c, **change) if c["field"] == column else c for c in COLUMNS]
         row = {**ROW, column: None} if change == {"optional": False} else ROW
         both(schemaful(columns, row), SCHEMAFUL_KEY)
+
+
+# binary.handling.mode=hex: a binary column is a string of hex digits, two per byte (Debezium's
+# BinaryHandlingMode.HEX). Python's bytes.fromhex, the reference, also skips whitespace between
+# pairs; a sign, an odd digit count or a non-digit is bad input.
+HEX_COLUMNS = [_field("int32", "id", optional=False), _field(
+    "string", "bin", parameters={"__debezium.source.column.type": "VARBINARY",
+                                 "__debezium.source.column.length": "16"})]
+HEX_TEXTS = {"0f": "Dw==", "0F10": "DxA=", "": "", " 0f": "Dw==", "0f 10": "DxA=", "+f": None,
+             "+f+f": None, "-f": None, "0x0f": None, "0f1": None, "zz": None, "\u0660f": None}
+
+
+@pytest.mark.parametrize("text", sorted(HEX_TEXTS))
+def test_hex_binary_columns_take_hex_digits_only(text: str) -> None:
+    row = json.loads(f'{{"id":1,"bin":"{text}"}}')
+    lines, dead, _, _, _ = both(schemaful(HEX_COLUMNS, row), SCHEMAFUL_KEY, binary_mode="hex")
+    want = HEX_TEXTS[text]
+    if want is None:
+        assert len(dead) == 2 and not lines
+    else:
+        assert not dead and json.loads(lines.splitlines()[0])["after"]["bin"] == want

@@ -568,10 +568,12 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
             if b.len() % 2 != 0 {
                 return Err(Decline);
             }
+            // hex digits only (`from_str_radix` would take a `+` sign); anything else, such as
+            // the whitespace `bytes.fromhex` skips, goes to the reference
+            let digit = |d: u8| char::from(d).to_digit(16).ok_or(Decline);
             let mut bytes = Vec::with_capacity(b.len() / 2);
             for pair in b.chunks(2) {
-                let s = std::str::from_utf8(pair).map_err(|_| Decline)?;
-                bytes.push(u8::from_str_radix(s, 16).map_err(|_| Decline)?);
+                bytes.push((digit(pair[0])? * 16 + digit(pair[1])?) as u8);
             }
             jsonw::write_base64(out, &bytes);
         }
