@@ -37,6 +37,10 @@ SQL_TYPES = (
     "nvarchar(max)", "date", "time(7)", "time(3)", "time(0)", "datetime", "datetime2(7)",
     "datetime2(3)", "datetime2(0)", "uniqueidentifier", "varbinary(64)", "varbinary(max)",
 )
+# the types of a second key column: besides text and numbers, the logical types a key can
+# hold (a key is converted as the row's columns are)
+KEY_TYPES = ("nvarchar(20)", "bigint", "decimal(12,2)", "datetime2(7)", "date", "time(3)",
+             "uniqueidentifier", "varbinary(64)")
 PLACEHOLDER = "__debezium_unavailable_value"
 
 
@@ -82,7 +86,7 @@ def generate(seed: int, *, encoding: str, n_changes: int, partitions: int = 3) -
     n_columns = rng.randint(1, 6)
     columns = [SqlColumn("id", "int", nullable=False)]
     if rng.random() < 0.3:
-        columns.append(SqlColumn("k2", rng.choice(("nvarchar(20)", "bigint")), nullable=False))
+        columns.append(SqlColumn("k2", rng.choice(KEY_TYPES), nullable=False))
     for i in range(n_columns):
         columns.append(SqlColumn(f"c{i}", rng.choice(SQL_TYPES)))
     keyless = rng.random() < 0.15
@@ -103,6 +107,14 @@ def generate(seed: int, *, encoding: str, n_changes: int, partitions: int = 3) -
     tx_enc = TransactionTopicEncoder("server1", encoding="json")
     encoders = enc.encoders
     makers = {c.name: _maker(c, rng) for c in columns if c.name not in ("id", "k2")}
+    key_maker = _value_maker(columns[1], rng) if len(columns) > 1 else None
+
+    def key_value() -> Any:
+        value = None
+        while value is None and key_maker is not None:
+            value = key_maker()
+        return value
+
     lob = [c.name for c in columns if c.sql_type.endswith("(max)")]
     binary = {c.name: c.connect_type == "bytes" for c in enc.columns}
     lsn = LsnClock()
@@ -120,7 +132,9 @@ def generate(seed: int, *, encoding: str, n_changes: int, partitions: int = 3) -
     def canonical_row(row_id: int) -> dict[str, Any]:
         row: dict[str, Any] = {"id": row_id}
         if "k2" in {c.name for c in columns}:
-            row["k2"] = str(row_id) if columns[1].sql_type.startswith("nvarchar") else row_id * 7
+            sql_type = columns[1].sql_type
+            row["k2"] = (str(row_id) if sql_type.startswith("nvarchar") else
+                         row_id * 7 if sql_type == "bigint" else encoders["k2"](key_value()))
         for name, make in makers.items():
             row[name] = encoders[name](make())
         return row

@@ -26,7 +26,7 @@ import pytest
 from debezium_bridge.cli import main
 from debezium_bridge.errors import SchemaError
 from debezium_bridge.formats.columns import columns_of
-from debezium_bridge.formats.debezium.avro import table_from_avro
+from debezium_bridge.formats.debezium.avro import AvroNames, table_from_avro
 from debezium_bridge.model.schema import column_from_connect, table_from_connect
 from debezium_bridge.testing.corpus import bulk_corpus
 
@@ -242,13 +242,13 @@ def test_avro_types_as_avrodata_writes_them() -> None:
                    "default": None},
                   {"name": "f_bigint", "type": ["null", "long"], "default": None}],
               "connect.name": f"{TOPIC}.Value"}
-    table = table_from_avro(record, {})
+    table = table_from_avro(record, AvroNames(record))
     assert [c.connect_type for c in table.columns] == [
         "int32", "float64", "float32", "int16", "int64"]
     assert [c.type for c in columns_of(table)] == ["int", "float", "real", "smallint", "bigint"]
     odd = {**record, "fields": [{"name": "n", "type": {"type": "int", "connect.type": "uint8"}}]}
     with pytest.raises(SchemaError, match="uint8"):  # AvroData: DataException, no guess
-        table_from_avro(odd, {})
+        table_from_avro(odd, AvroNames(odd))
 
 
 # --------------------------------------------------------------------------- end to end (CLI)

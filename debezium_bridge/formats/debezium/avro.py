@@ -78,11 +78,13 @@ def _non_null(avro_type: Any) -> tuple[Any, bool]:
     return avro_type, False
 
 
-def column_from_avro(field: Mapping[str, Any], named: dict[str, Any]) -> Column:
-    """A Connect :class:`Column` from one Avro field written by Confluent's AvroConverter."""
+def column_from_avro(field: Mapping[str, Any], names: AvroNames,
+                     namespace: str | None = None) -> Column:
+    """A Connect :class:`Column` from one Avro field written by Confluent's AvroConverter
+    (``namespace``: the enclosing record's, which a type name in the field is resolved in)."""
     avro_type, optional = _non_null(field["type"])
-    if isinstance(avro_type, str) and avro_type in named:
-        avro_type = named[avro_type]
+    if isinstance(avro_type, str):
+        avro_type = names.resolve(avro_type, namespace) or avro_type
     if isinstance(avro_type, dict):
         connect_type = _connect_type(avro_type.get("type"), avro_type.get("connect.type"),
                                      field.get("name"))
@@ -99,44 +101,69 @@ def column_from_avro(field: Mapping[str, Any], named: dict[str, Any]) -> Column:
                   default=field.get("default"), version=version)
 
 
-def _collect_named(schema: Any, named: dict[str, Any], namespace: str | None = None) -> None:
-    if isinstance(schema, list):
-        for branch in schema:
-            _collect_named(branch, named, namespace)
-    elif isinstance(schema, dict):
-        if schema.get("type") in ("record", "enum", "fixed") and "name" in schema:
-            ns = schema.get("namespace", namespace)
-            name = schema["name"]
-            full = name if "." in name or not ns else f"{ns}.{name}"
-            named[full] = schema
-            named[name] = schema
-            namespace = ns
-        for field in schema.get("fields", ()) if isinstance(schema.get("fields"), list) else ():
-            _collect_named(field.get("type"), named, namespace)
-        for key in ("items", "values"):
-            if key in schema:
-                _collect_named(schema[key], named, namespace)
+class AvroNames:
+    """The named types (record, enum, fixed) of an Avro schema by full name, and a type name
+    resolved as the Avro specification and fastavro, the reader, resolve it: a dotted name is
+    a full name; a bare one is in the namespace of the enclosing named type (its
+    ``namespace``, or the part of a dotted ``name`` before the last dot, or the namespace it
+    inherits)."""
+
+    def __init__(self, schema: Any) -> None:
+        self.types: dict[str, Any] = {}
+        self._spaces: dict[int, str | None] = {}
+        self._collect(schema, None)
+
+    def _collect(self, schema: Any, namespace: str | None) -> None:
+        if isinstance(schema, list):
+            for branch in schema:
+                self._collect(branch, namespace)
+        elif isinstance(schema, dict):
+            name = schema.get("name")
+            if schema.get("type") in ("record", "enum", "fixed") and isinstance(name, str):
+                if "." in name:
+                    namespace, full = name.rsplit(".", 1)[0], name
+                else:
+                    namespace = schema.get("namespace", namespace)
+                    full = f"{namespace}.{name}" if namespace else name
+                self.types[full] = schema
+                self._spaces[id(schema)] = namespace
+            fields = schema.get("fields")
+            for field in fields if isinstance(fields, list) else ():
+                if isinstance(field, dict):
+                    self._collect(field.get("type"), namespace)
+            for key in ("items", "values"):
+                if key in schema:
+                    self._collect(schema[key], namespace)
+
+    def namespace_of(self, named_type: Any) -> str | None:
+        """The namespace type names inside a named type of this schema are resolved in."""
+        return self._spaces.get(id(named_type))
+
+    def resolve(self, name: str, namespace: str | None) -> Any | None:
+        """The definition a type name stands for where ``namespace`` encloses it."""
+        return self.types.get(name if "." in name or not namespace else f"{namespace}.{name}")
 
 
-def table_from_avro(record_schema: Mapping[str, Any], named: dict[str, Any]) -> TableSchema:
+def table_from_avro(record_schema: Mapping[str, Any], names: AvroNames) -> TableSchema:
     fields = record_schema.get("fields")
     if not isinstance(fields, list):
         raise SchemaError("Avro row schema is not a record")
     name = record_schema.get("connect.name") or record_schema.get("name")
-    return TableSchema(name=name, columns=tuple(column_from_avro(f, named) for f in fields))
+    namespace = names.namespace_of(record_schema)
+    return TableSchema(name=name, columns=tuple(column_from_avro(f, names, namespace)
+                                                for f in fields))
 
 
 def envelope_row_schema(schema: Mapping[str, Any]) -> TableSchema | None:
     """The row record (type of ``after``/``before``) of an Avro Debezium envelope."""
-    named: dict[str, Any] = {}
-    _collect_named(schema, named)
+    names = AvroNames(schema)
     for field in schema.get("fields") or ():
         if field.get("name") in ("after", "before"):
             row, _ = _non_null(field["type"])
             if isinstance(row, str):
-                row = named.get(row)
+                row = names.resolve(row, names.namespace_of(schema))
             if isinstance(row, dict) and row.get("type") == "record":
-                return table_from_avro(row, named)
+                return table_from_avro(row, names)
     return None
 
 
@@ -230,9 +257,8 @@ class AvroDecoder:
         except Exception as exc:
             raise SchemaError(f"Avro schema id {schema_id} is invalid: {exc}") from exc
         if key:
-            named: dict[str, Any] = {}
-            _collect_named(schema, named)
-            table = table_from_avro(schema, named) if schema.get("type") == "record" else None
+            table = (table_from_avro(schema, AvroNames(schema))
+                     if schema.get("type") == "record" else None)
         else:
             table = envelope_row_schema(schema)
         row_decoder = rows.rows_for(table)
@@ -303,7 +329,7 @@ class AvroDecoder:
             return None
         if not isinstance(datum, dict):
             raise DecodeError("Avro key is not a record")
-        return dict(datum)
+        return compiled.rows.decode(dict(datum))[0]
 
     def json_rows(self, topic: str, rows: RowSource) -> Any | None:
         """Row decoder for Avro-JSON values of ``topic`` when its value schema is known."""

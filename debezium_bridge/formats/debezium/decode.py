@@ -395,7 +395,7 @@ class Decoder:
 def table_schema_of(schema: Any) -> TableSchema:
     """A row schema from a Connect struct (row or whole envelope) or an Avro record schema."""
     from debezium_bridge.formats.debezium.avro import (
-        _collect_named,
+        AvroNames,
         envelope_row_schema,
         table_from_avro,
     )
@@ -407,9 +407,7 @@ def table_schema_of(schema: Any) -> TableSchema:
         row = envelope_row_schema(schema)
         if row is not None:
             return row
-        named: dict[str, Any] = {}
-        _collect_named(schema, named)
-        return table_from_avro(schema, named)
+        return table_from_avro(schema, AvroNames(schema))
     raise SchemaError(f"not a Connect struct or Avro record schema: {schema!r:.80}")
 
 

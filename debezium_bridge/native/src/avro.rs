@@ -55,6 +55,8 @@ pub struct Field {
 #[derive(Debug, Default)]
 pub struct Record {
     pub fields: Vec<Field>,
+    /// The namespace type names in its fields are resolved in.
+    pub namespace: Option<String>,
 }
 
 /// A parsed writer schema: its records, and the top-level type.
@@ -64,8 +66,6 @@ pub struct Parsed {
     pub top: Node,
     /// Named types by full name (index into `named_json`).
     full: hashbrown::HashMap<String, usize>,
-    /// Named types as `_collect_named` records them (full and short name, the last wins).
-    by_literal: hashbrown::HashMap<String, usize>,
     named_json: Vec<Value>,
 }
 
@@ -74,7 +74,6 @@ struct Parser {
     named_nodes: Vec<Node>,
     named_json: Vec<Value>,
     full: hashbrown::HashMap<String, usize>,
-    by_literal: hashbrown::HashMap<String, usize>,
 }
 
 fn full_name(name: &str, ns: Option<&str>) -> String {
@@ -113,7 +112,7 @@ impl Parser {
         Ok(self.named_nodes[i].clone())
     }
 
-    fn define(&mut self, full: &str, short: &str, node: Node, json: &Value) -> Result<()> {
+    fn define(&mut self, full: &str, node: Node, json: &Value) -> Result<()> {
         if self.full.contains_key(full) {
             return Err(Decline);
         }
@@ -121,8 +120,6 @@ impl Parser {
         self.named_nodes.push(node);
         self.named_json.push(json.clone());
         self.full.insert(full.to_string(), i);
-        self.by_literal.insert(full.to_string(), i);
-        self.by_literal.insert(short.to_string(), i);
         Ok(())
     }
 
@@ -164,7 +161,7 @@ impl Parser {
             let name = v.get("name").and_then(|n| n.as_str()).ok_or(Decline)?;
             let own_ns = match v.get("namespace") {
                 None => ns,
-                Some(n) if n.is_null() => ns,
+                Some(n) if n.is_null() => None, // fastavro: no namespace, not the parent's
                 Some(n) => Some(n.as_str().ok_or(Decline)?),
             };
             Ok(full_name(name, own_ns))
@@ -174,8 +171,7 @@ impl Parser {
                 let full = named(v)?;
                 let index = self.records.len();
                 self.records.push(None);
-                let py_short = v.get("name").and_then(|n| n.as_str()).unwrap_or("");
-                self.define(&full, py_short, Node::Record(index), v)?;
+                self.define(&full, Node::Record(index), v)?;
                 let inner_ns = namespace_of(&full).map(str::to_string);
                 let fields = v.get("fields").and_then(|f| f.as_array()).ok_or(Decline)?;
                 let mut out: Vec<Field> = Vec::with_capacity(fields.len());
@@ -192,7 +188,10 @@ impl Parser {
                         json: json.clone(),
                     });
                 }
-                self.records[index] = Some(Record { fields: out });
+                self.records[index] = Some(Record {
+                    fields: out,
+                    namespace: inner_ns,
+                });
                 Ok(Node::Record(index))
             }
             "enum" => {
@@ -203,16 +202,14 @@ impl Parser {
                     names.push(s.as_str().ok_or(Decline)?.to_string());
                 }
                 let node = Node::Enum(names.into());
-                let py_short = v.get("name").and_then(|n| n.as_str()).unwrap_or("");
-                self.define(&full, py_short, node.clone(), v)?;
+                self.define(&full, node.clone(), v)?;
                 Ok(node)
             }
             "fixed" => {
                 let full = named(v)?;
                 let size = v.get("size").and_then(|s| s.as_u64()).ok_or(Decline)?;
                 let node = Node::Fixed(usize::try_from(size).map_err(|_| Decline)?);
-                let py_short = v.get("name").and_then(|n| n.as_str()).unwrap_or("");
-                self.define(&full, py_short, node.clone(), v)?;
+                self.define(&full, node.clone(), v)?;
                 Ok(node)
             }
             "array" => Ok(Node::Array(Box::new(self.parse(
@@ -238,7 +235,6 @@ pub fn parse(text: &str) -> Result<Parsed> {
         named_nodes: Vec::new(),
         named_json: Vec::new(),
         full: Default::default(),
-        by_literal: Default::default(),
     };
     let top = p.parse(&v, None, 0)?;
     let records = p
@@ -250,7 +246,6 @@ pub fn parse(text: &str) -> Result<Parsed> {
         records,
         top,
         full: p.full,
-        by_literal: p.by_literal,
         named_json: p.named_json,
     })
 }
@@ -658,10 +653,10 @@ pub struct AvroValue {
     pub table: Arc<Table>,
 }
 
-/// A compiled key schema (a record of scalar fields): each field's name as JSON text and
-/// its reader.
+/// A compiled key schema (a record of scalar fields): each field's name as JSON text, its
+/// reader and its Connect column (keys are converted as row images are).
 pub struct AvroKey {
-    fields: Vec<(Vec<u8>, Datum)>,
+    fields: Vec<(Vec<u8>, Datum, schema::Column)>,
 }
 
 /// `[null, X]`, `[X, null]` or `X` → (null's branch index, `None` for a bare `X`; `X`).
@@ -695,27 +690,21 @@ fn optional_record(node: &Node) -> Option<(Option<u8>, usize)> {
 }
 
 impl Parsed {
-    /// The named definition `_collect_named` finds for a type-name string; declined when that
-    /// name could mean more than one definition (the reader and the reference might differ).
-    fn literal_json(&self, name: &str) -> Result<&Value> {
-        let i = *self.by_literal.get(name).ok_or(Decline)?;
-        if !name.contains('.') {
-            let suffix = format!(".{name}");
-            let n = self
-                .full
-                .keys()
-                .filter(|k| k.as_str() == name || k.ends_with(&suffix))
-                .count();
-            if n != 1 {
-                return Err(Decline);
-            }
-        }
+    /// The definition a type name in a field of a record in namespace `ns` stands for, as
+    /// `AvroNames.resolve` (and fastavro) resolve it: a bare name in `ns` only.
+    fn named_json(&self, name: &str, ns: Option<&str>) -> Result<&Value> {
+        let i = *self.full.get(&full_name(name, ns)).ok_or(Decline)?;
         Ok(&self.named_json[i])
     }
 }
 
 /// The Connect column of one row field (`column_from_avro`).
-fn column_of(parsed: &Parsed, field: &Field, opts: &Options) -> Result<schema::Column> {
+fn column_of(
+    parsed: &Parsed,
+    record: &Record,
+    field: &Field,
+    opts: &Options,
+) -> Result<schema::Column> {
     let (_, inner) = optional(&field.node).ok_or(Decline)?;
     if matches!(
         inner,
@@ -737,7 +726,7 @@ fn column_of(parsed: &Parsed, field: &Field, opts: &Options) -> Result<schema::C
     }
     if let Some(name) = json.as_str() {
         if Parser::primitive(name).is_none() {
-            json = parsed.literal_json(name)?;
+            json = parsed.named_json(name, record.namespace.as_deref())?;
         }
     }
     let (connect_type, semantic, params): (&str, Option<&str>, Vec<(String, String)>) = if json
@@ -890,9 +879,10 @@ impl AvroValue {
             return Err(Decline); // side records: the reference's
         }
         let row = row.ok_or(Decline)?;
+        let record = &parsed.records[row];
         let mut columns = Vec::new();
-        for f in &parsed.records[row].fields {
-            columns.push(column_of(&parsed, f, opts)?);
+        for f in &record.fields {
+            columns.push(column_of(&parsed, record, f, opts)?);
         }
         let fields = &parsed.records[row].fields;
         let readers = fields.iter().map(|f| Datum::of(&f.node)).collect();
@@ -915,49 +905,35 @@ impl AvroValue {
 }
 
 impl AvroKey {
-    pub fn compile(text: &str) -> Result<AvroKey> {
+    pub fn compile(text: &str, opts: &Options) -> Result<AvroKey> {
         let parsed = parse(text)?;
         let Node::Record(record) = parsed.top else {
             return Err(Decline);
         };
-        let fields = &parsed.records[record].fields;
-        if !fields.iter().all(|f| is_scalar(&f.node)) {
-            return Err(Decline);
-        }
-        Ok(AvroKey {
-            fields: fields
-                .iter()
-                .map(|f| (jsonw::json_string(&f.name), Datum::of(&f.node)))
-                .collect(),
-        })
+        let record = &parsed.records[record];
+        let fields = record
+            .fields
+            .iter()
+            .map(|f| {
+                let column = column_of(&parsed, record, f, opts)?;
+                Ok((jsonw::json_string(&f.name), Datum::of(&f.node), column))
+            })
+            .collect::<Result<_>>()?;
+        Ok(AvroKey { fields })
     }
 
-    /// The key datum (after the 5-byte header) as the reference's key JSON (`msgspec` of the
-    /// datum's dict: values as read, bytes as standard base64).
-    pub fn write(&self, data: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    /// The key datum (after the 5-byte header) as the reference writes a key: its fields
+    /// converted as the columns of a row image are.
+    pub fn write(&self, data: &[u8], opts: &Options, out: &mut Vec<u8>) -> Result<()> {
         let mut cur = Cursor::new(data, 5);
         out.push(b'{');
-        for (i, (name, datum)) in self.fields.iter().enumerate() {
+        for (i, (name, datum, column)) in self.fields.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
             out.extend_from_slice(name);
             out.push(b':');
-            match datum.scalar(&mut cur)? {
-                Prim::Null => out.extend_from_slice(b"null"),
-                Prim::Bool(true) => out.extend_from_slice(b"true"),
-                Prim::Bool(false) => out.extend_from_slice(b"false"),
-                Prim::Long(v) => jsonw::write_i64(out, v),
-                Prim::Float(v) | Prim::Double(v) => {
-                    if !jsonw::write_f64(out, v) {
-                        return Err(Decline);
-                    }
-                }
-                Prim::Str(s) => jsonw::write_str(out, s),
-                Prim::Bytes(b) => {
-                    jsonw::write_base64(out, b);
-                }
-            }
+            write_column(column, datum.scalar(&mut cur)?, opts, out)?;
         }
         out.push(b'}');
         if cur.pos != data.len() {
@@ -965,6 +941,44 @@ impl AvroKey {
         }
         Ok(())
     }
+}
+
+/// One column value of a row image or a key, converted; whether it was the placeholder of an
+/// unavailable value (written as `null`).
+fn write_column(
+    col: &schema::Column,
+    p: Prim<'_>,
+    opts: &Options,
+    out: &mut Vec<u8>,
+) -> Result<bool> {
+    let s = match p {
+        Prim::Bytes(b) => return write_bytes(col, b, opts, out),
+        Prim::Null => Scalar::Null,
+        Prim::Bool(b) => Scalar::Bool(b),
+        Prim::Long(v) => Scalar::Int(v),
+        Prim::Float(v) | Prim::Double(v) => Scalar::Float(v),
+        Prim::Str(t) => Scalar::Str(Cow::Borrowed(t)),
+    };
+    schema::convert(col, s, opts, out)
+}
+
+/// A `bytes`/`fixed` column value: the placeholder (`true`), base64 or a decimal.
+fn write_bytes(col: &schema::Column, b: &[u8], opts: &Options, out: &mut Vec<u8>) -> Result<bool> {
+    if col.marker != schema::Marker::Binary {
+        return Err(Decline);
+    }
+    if b == opts.placeholder.as_bytes() {
+        out.extend_from_slice(b"null");
+        return Ok(true);
+    }
+    match col.conv {
+        schema::Conv::Base64Bytes => jsonw::write_base64(out, b),
+        schema::Conv::Decimal { scale, precision } => {
+            schema::write_decimal(b, scale, precision, out)?
+        }
+        _ => return Err(Decline),
+    }
+    Ok(false)
 }
 
 fn opt_str<'a>(p: Prim<'a>) -> Result<Option<&'a str>> {
@@ -1108,41 +1122,7 @@ impl AvroValue {
             let name_end = out.len();
             out.push(b':');
             let value_start = out.len();
-            let p = datum.scalar(cur)?;
-            let is_gone = match p {
-                Prim::Bytes(b) => {
-                    if col.marker != schema::Marker::Binary {
-                        return Err(Decline);
-                    }
-                    if b == opts.placeholder.as_bytes() {
-                        out.extend_from_slice(b"null");
-                        true
-                    } else {
-                        match col.conv {
-                            schema::Conv::Base64Bytes => {
-                                jsonw::write_base64(out, b);
-                            }
-                            schema::Conv::Decimal { scale, precision } => {
-                                schema::write_decimal(b, scale, precision, out)?
-                            }
-                            _ => return Err(Decline),
-                        }
-                        false
-                    }
-                }
-                other => {
-                    let s = match other {
-                        Prim::Null => Scalar::Null,
-                        Prim::Bool(b) => Scalar::Bool(b),
-                        Prim::Long(v) => Scalar::Int(v),
-                        Prim::Float(v) | Prim::Double(v) => Scalar::Float(v),
-                        Prim::Str(t) => Scalar::Str(Cow::Borrowed(t)),
-                        Prim::Bytes(_) => return Err(Decline),
-                    };
-                    schema::convert(col, s, opts, out)?
-                }
-            };
-            if is_gone {
+            if write_column(col, datum.scalar(cur)?, opts, out)? {
                 table_gone.note(i, col.marker);
             }
             members.push(Member {

@@ -407,7 +407,7 @@ impl Decoder {
     pub fn add_avro(&mut self, id: u32, key: bool, schema: Option<&str>) {
         if key {
             let compiled = schema
-                .and_then(|s| crate::avro::AvroKey::compile(s).ok())
+                .and_then(|s| crate::avro::AvroKey::compile(s, &self.opts).ok())
                 .map(Arc::new);
             self.avro_keys.insert(id, compiled);
         } else {
@@ -438,7 +438,7 @@ impl Decoder {
         };
         let compiled = compiled.clone().ok_or(Decline)?;
         let start = buf.len();
-        compiled.write(raw, buf)?;
+        compiled.write(raw, &self.opts, buf)?;
         Ok((start as u32, buf.len() as u32))
     }
 

@@ -1,0 +1,116 @@
+"""Avro named types through both cores: a type name means what the Avro specification says.
+
+Avro 1.11 "Names": a dotted name is a full name; a bare name is in the namespace of the
+innermost enclosing named type, which is its ``namespace`` attribute, or the part of a dotted
+``name`` before the last dot, or the namespace it inherits. fastavro, which reads the data,
+resolves names so (``fastavro._schema_py.schema_name`` and ``_parse_schema``). Each schema
+below defines a row record that reads ``amount`` as a Connect decimal (scale 2) and, under the
+same short name in another namespace, one that reads it as plain bytes; ``before``/``after``
+name the first. Both cores must agree and write the decimal.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import struct
+from typing import Any
+
+import fastavro
+import pytest
+
+from debezium_bridge.core import native as native_core
+from debezium_bridge.formats.debezium.avro import strip_logical_types
+from debezium_bridge.model.records import RawRecord
+from tests.differential.streams import Stream
+from tests.differential.test_cores import _run
+
+TOPIC = "server1.testDB.dbo.t"
+SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.sqlserver",
+          "fields": [*({"name": n, "type": "string"}
+                       for n in ("version", "connector", "name", "db", "schema", "table")),
+                     {"name": "ts_ms", "type": "long"},
+                     {"name": "snapshot", "type": ["null", "string"], "default": None},
+                     {"name": "change_lsn", "type": ["null", "string"], "default": None},
+                     {"name": "commit_lsn", "type": ["null", "string"], "default": None},
+                     {"name": "event_serial_no", "type": ["null", "long"], "default": None}]}
+DECIMAL = {"type": "bytes", "connect.name": "org.apache.kafka.connect.data.Decimal",
+           "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"}}
+KEY = {"type": "record", "name": "Key", "namespace": TOPIC,
+       "fields": [{"name": "id", "type": "int"}]}
+
+
+def row(name: str, amount: Any, **namespace: Any) -> dict[str, Any]:
+    return {"type": "record", "name": name, **namespace,
+            "fields": [{"name": "id", "type": "int"}, {"name": "amount", "type": amount}]}
+
+
+def envelope(name: str, defined: list[Any], image: str, **namespace: Any) -> dict[str, Any]:
+    """An envelope that defines ``defined`` in fields of its own, then names ``image`` as the
+    type of ``before``/``after``."""
+    return {"type": "record", "name": name, **namespace, "fields": [
+        *({"name": f"x{i}", "type": ["null", d], "default": None} for i, d in enumerate(defined)),
+        {"name": "before", "type": ["null", image], "default": None},
+        {"name": "after", "type": ["null", image], "default": None},
+        {"name": "source", "type": SOURCE}, {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+
+
+RIGHT = row("Value", DECIMAL)
+CASES = {
+    # a bare name in the envelope's namespace, whichever "Value" comes last
+    "bare name, other namespace after": envelope(
+        "Envelope", [RIGHT, row("Value", "bytes", namespace="other")], "Value", namespace="ns1"),
+    "bare name, other namespace before": envelope(
+        "Envelope", [row("Value", "bytes", namespace="other"), RIGHT], "Value", namespace="ns1"),
+    # a dotted name gives the namespace of what it defines
+    "dotted envelope name, full reference": envelope(
+        "a.b.Envelope", [RIGHT, row("Value", "bytes", namespace="other")], "a.b.Value"),
+    "dotted envelope name, bare reference": envelope(
+        "a.b.Envelope", [row("Value", "bytes", namespace="other"), RIGHT], "Value"),
+    "dotted row name in a namespace": envelope(
+        "Envelope", [row("a.Value", DECIMAL), row("Value", "bytes")], "a.Value",
+        namespace="ns1"),
+    # "namespace": null is no namespace (fastavro), not the enclosing one
+    "null namespace": envelope(
+        "Envelope", [row("Value", "bytes", namespace=None), RIGHT], "Value", namespace="ns1"),
+    # a column's named type, resolved in the row record's namespace
+    "named column type": envelope(
+        "Envelope", [{"type": "fixed", "name": "Money", "namespace": "other", "size": 2},
+                     {"type": "fixed", "name": "Money", "size": 2, **{
+                         k: v for k, v in DECIMAL.items() if k != "type"}},
+                     row("Value", "Money")], "Value", namespace="ns1"),
+}
+SOURCE_VALUES = {"version": "2.7.3.Final", "connector": "sqlserver", "name": "server1",
+                 "db": "testDB", "schema": "dbo", "table": "t", "ts_ms": 1700000000000,
+                 "snapshot": "false", "change_lsn": "00000027:00000758:0003",
+                 "commit_lsn": "00000027:00000758:0005", "event_serial_no": 1}
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(native_core.ENV, raising=False)
+
+
+def confluent(schema_id: int, schema: Any, datum: Any) -> bytes:
+    body = io.BytesIO()
+    parsed = fastavro.parse_schema(strip_logical_types(copy.deepcopy(schema)))
+    fastavro.schemaless_writer(body, parsed, datum)
+    return b"\x00" + struct.pack(">I", schema_id) + body.getvalue()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_type_names_resolve_as_the_avro_specification_says(case: str) -> None:
+    schema = CASES[case]
+    after = {"id": 1, "amount": (12345).to_bytes(2, "big", signed=True)}
+    datum = {"before": None, "after": after, "source": SOURCE_VALUES, "op": "c", "ts_ms": 1}
+    value = confluent(1, schema, {**{f["name"]: None for f in schema["fields"][:-5]}, **datum})
+    records = [RawRecord(TOPIC, 0, 0, None, confluent(2, KEY, {"id": 1}), value)]
+    stream = Stream(records, [(TOPIC, 0)], {1: schema, 2: KEY}, "bytes")
+    python = _run(stream, "off", {}, 1, expect=False)
+    native = _run(stream, "on", {}, 1, expect=False)
+    assert native[:4] == python[:4]
+    assert native[4] == 0, "the native core declined the record"
+    assert not python[1]
+    assert json.loads(python[0])["after"] == {"id": 1, "amount": "123.45"}
