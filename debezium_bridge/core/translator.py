@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import Any, Protocol
@@ -203,9 +204,22 @@ def _changed(before: dict[str, Any] | None, after: dict[str, Any] | None,
         return _changed_available(before, after, _lookup(unavailable), order)
     missing = before.get
     if order is None:
-        return [c for c, value in after.items() if missing(c, _ABSENT) != value]
+        return [c for c, value in after.items()
+                if (old := missing(c, _ABSENT)) != value and _written_apart(old, value)]
     present = after.get
-    return [c for c in order if missing(c, _ABSENT) != present(c, _ABSENT)]
+    return [c for c in order if (old := missing(c, _ABSENT)) != (new := present(c, _ABSENT))
+            and _written_apart(old, new)]
+
+
+def _written_apart(old: Any, new: Any) -> bool:
+    """Whether two unequal column values are written differently: NaN and infinite floats
+    are written as null (canonical JSON, as msgspec writes them), so a column that goes from
+    NaN to NaN or to null has not changed."""
+    return not (_null_when_written(old) and _null_when_written(new))
+
+
+def _null_when_written(value: Any) -> bool:
+    return value is None or (value.__class__ is float and not math.isfinite(value))
 
 
 def _changed_available(before: dict[str, Any] | None, after: dict[str, Any] | None,
@@ -219,8 +233,9 @@ def _changed_available(before: dict[str, Any] | None, after: dict[str, Any] | No
         return _columns(before, order)
     missing = before.get
     names = order if order is not None else tuple(after)
-    return [c for c in names
-            if c not in unavailable and missing(c, _ABSENT) != after.get(c, _ABSENT)]
+    return [c for c in names if c not in unavailable
+            and (old := missing(c, _ABSENT)) != (new := after.get(c, _ABSENT))
+            and _written_apart(old, new)]
 
 
 

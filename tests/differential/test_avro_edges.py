@@ -1,4 +1,6 @@
-"""Avro named types through both cores: a type name means what the Avro specification says.
+"""Confluent Avro edge cases through both cores.
+
+**Named types**: a type name means what the Avro specification says.
 
 Avro 1.11 "Names": a dotted name is a full name; a bare name is in the namespace of the
 innermost enclosing named type, which is its ``namespace`` attribute, or the part of a dotted
@@ -7,6 +9,10 @@ resolves names so (``fastavro._schema_py.schema_name`` and ``_parse_schema``). E
 below defines a row record that reads ``amount`` as a Connect decimal (scale 2) and, under the
 same short name in another namespace, one that reads it as plain bytes; ``before``/``after``
 name the first. Both cores must agree and write the decimal.
+
+**Non-finite floats**: Avro can carry NaN and ±infinity (SQL Server cannot store them, so
+only other producers send them). Canonical JSON writes them as null, and a record's
+``changed_columns`` names the columns whose written values differ.
 """
 
 from __future__ import annotations
@@ -114,3 +120,37 @@ def test_type_names_resolve_as_the_avro_specification_says(case: str) -> None:
     assert native[4] == 0, "the native core declined the record"
     assert not python[1]
     assert json.loads(python[0])["after"] == {"id": 1, "amount": "123.45"}
+
+
+FLOATS = {"type": "record", "name": "Envelope", "namespace": TOPIC, "fields": [
+    {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "int"}, {"name": "f", "type": ["null", "double"]},
+        {"name": "r", "type": ["null", "float"]}, {"name": "s", "type": "string"}]}]},
+    {"name": "after", "type": ["null", "Value"]},
+    {"name": "source", "type": SOURCE}, {"name": "op", "type": "string"},
+    {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+NAN, INF = float("nan"), float("inf")
+UPDATES = [(NAN, NAN), (NAN, None), (None, NAN), (INF, -INF), (INF, NAN), (1.5, NAN),
+           (NAN, 1.5), (None, 2.5), (1.5, 1.5)]
+
+
+def test_changed_columns_are_those_written_differently() -> None:
+    records = []
+    for offset, (old, new) in enumerate(UPDATES):
+        before = {"id": 1, "f": old, "r": old, "s": "a"}
+        after = {"id": 1, "f": new, "r": new, "s": "b" if offset % 2 else "a"}
+        source = {**SOURCE_VALUES, "event_serial_no": 2,
+                  "change_lsn": f"00000027:00000758:{offset + 3:04x}",
+                  "commit_lsn": f"00000027:00000758:{offset + 3:04x}"}
+        value = confluent(1, FLOATS, {"before": before, "after": after, "source": source,
+                                      "op": "u", "ts_ms": 1})
+        records.append(RawRecord(TOPIC, 0, offset, None, confluent(2, KEY, {"id": 1}), value))
+    stream = Stream(records, [(TOPIC, 0)], {1: FLOATS, 2: KEY}, "bytes")
+    python = _run(stream, "off", {}, 1, expect=False)
+    native = _run(stream, "on", {}, 1, expect=False)
+    assert native[:4] == python[:4]
+    lines = [json.loads(line) for line in python[0].splitlines()]
+    assert len(lines) == len(UPDATES) and not python[1]
+    for line in lines:
+        before, after = line["before"], line["after"]
+        assert line["changed_columns"] == [c for c in after if before[c] != after[c]], line
