@@ -30,7 +30,10 @@ from typing import Any
 
 import pytest
 
+from debezium_bridge.core import Translator, TranslatorConfig
 from debezium_bridge.core import native as native_core
+from debezium_bridge.formats.canonical import to_json
+from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder, table_schema_of
 from debezium_bridge.model.records import RawRecord
 from tests.differential.streams import Stream
 from tests.differential.test_cores import _run
@@ -344,3 +347,40 @@ def test_hex_binary_columns_take_hex_digits_only(text: str) -> None:
         assert len(dead) == 2 and not lines
     else:
         assert not dead and json.loads(lines.splitlines()[0])["after"]["bin"] == want
+
+
+# A key without a schema of its own (key.converter.schemas.enable=false, or schema-less JSON
+# with a table schema file) holds the row's key columns: it is converted as the row is, so a
+# record's key equals its row's key columns, as with a schema-ful key.
+KEY_COLUMNS = [
+    _field("bytes", "dec", optional=False, logical="org.apache.kafka.connect.data.Decimal",
+           parameters={"scale": "2", "connect.decimal.precision": "10"}),
+    _field("int64", "nts", optional=False, logical="io.debezium.time.NanoTimestamp"),
+    _field("string", "s")]
+KEY_ROW = {"dec": "MDk=", "nts": 1700000000123456700, "s": "x"}
+BARE_KEY = b'{"dec":"MDk=","nts":1700000000123456700}'
+CONVERTED_KEY = {"dec": "123.45", "nts": "2023-11-14T22:13:20.1234567"}
+
+
+def test_a_bare_key_of_a_schemaful_value_is_converted_as_its_row() -> None:
+    lines, dead, _, _, _ = both(schemaful(KEY_COLUMNS, KEY_ROW), BARE_KEY, native_reads=True)
+    assert not dead
+    assert json.loads(lines.splitlines()[0])["key"] == CONVERTED_KEY
+
+
+def test_a_bare_key_of_a_value_with_a_table_schema_file_is_converted_as_its_row() -> None:
+    table = table_schema_of({"type": "struct", "name": "srv.db.dbo.t.Value",
+                             "fields": KEY_COLUMNS})
+    value = json.loads(schemaful(KEY_COLUMNS, KEY_ROW))["payload"]
+    outputs = []
+    for core in ("off", "on"):
+        translator = Translator(TranslatorConfig(native=core),
+                                Decoder(DecodeOptions(table_schemas={TOPIC: table})))
+        translator.process_many(records(json.dumps(value), BARE_KEY))
+        translator.flush()
+        changes, dead = translator.drain()
+        assert not dead and len(changes) == 1
+        outputs.append(to_json(changes[0]))
+    assert outputs[0] == outputs[1]
+    record = json.loads(outputs[0])
+    assert record["key"] == CONVERTED_KEY == {k: record["after"][k] for k in CONVERTED_KEY}

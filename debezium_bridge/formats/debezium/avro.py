@@ -316,7 +316,7 @@ class AvroDecoder:
             env = msgspec.convert(datum, Envelope, strict=False)
         except msgspec.ValidationError as exc:
             raise EnvelopeError(f"malformed envelope: {exc}") from exc
-        key = rows.decode_key(record, record.key)
+        key = rows.decode_key(record, record.key, compiled.rows)
         return build_event(env, record, key, compiled.rows, None, compiled.columns)
 
     def decode_key(self, record: RawRecord, raw: bytes, rows: RowSource) -> dict[str, Any] | None:

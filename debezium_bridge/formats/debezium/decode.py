@@ -196,8 +196,12 @@ class Decoder:
         return self._row_decoder(table_from_connect(schema))
 
     # -- keys ---------------------------------------------------------------------------------
-    def decode_key(self, record: RawRecord, raw: bytes | None) -> dict[str, Any] | None:
-        """The key struct as canonical values (``None`` for a null key)."""
+    def decode_key(self, record: RawRecord, raw: bytes | None,
+                   value_rows: RowDecoderLike | None = None) -> dict[str, Any] | None:
+        """The key struct as canonical values (``None`` for a null key). A JSON key without a
+        schema of its own is converted by ``value_rows``, the row decoder of its value's table
+        (from the value's schema, a table schema file or the registry of an Avro-JSON value):
+        a key holds the row's key columns, converted as the row's are."""
         if raw is None:
             return None
         try:
@@ -212,7 +216,7 @@ class Decoder:
                     rows = self._compile_key_schema(key["schema"])
                     key = key["payload"]
                 else:
-                    rows = self._schemaless
+                    rows = value_rows or self._schemaless
                     if key.__class__ is dict and dict in map(type, key.values()):
                         key = {k: unwrap_avro_value(v) for k, v in key.items()}
         except RecordError as exc:
@@ -228,12 +232,13 @@ class Decoder:
         except RecordError as exc:
             raise KeyDecodeError(f"key: {exc.message}", record) from exc
 
-    def _header_key(self, record: RawRecord, name: str) -> dict[str, Any] | None:
+    def _header_key(self, record: RawRecord, name: str,
+                    value_rows: RowDecoderLike | None) -> dict[str, Any] | None:
         raw = record.header(name)
         if raw is None:
             return None
         try:
-            return self.decode_key(record, raw)
+            return self.decode_key(record, raw, value_rows)
         except KeyDecodeError:
             return None  # headers are read, not required
 
@@ -385,10 +390,11 @@ class Decoder:
                 rows, columns = self._schemaless_rows(record, env)
             else:
                 rows = self._schemaless
-        key = self.decode_key(record, record.key)
+        key = self.decode_key(record, record.key, rows)
         partner = None
         if record.headers:
-            partner = self._header_key(record, NEWKEY_HEADER if env.op == "d" else OLDKEY_HEADER)
+            partner = self._header_key(record, NEWKEY_HEADER if env.op == "d" else OLDKEY_HEADER,
+                                       rows)
         return build_event(env, record, key, rows, partner, columns)
 
 

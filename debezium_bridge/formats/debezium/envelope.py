@@ -81,7 +81,8 @@ class RowSource(Protocol):
         """The row decoder of a table version (``None``: schema-less, values as they are)."""
         ...
 
-    def decode_key(self, record: RawRecord, raw: bytes | None) -> dict[str, Any] | None: ...
+    def decode_key(self, record: RawRecord, raw: bytes | None,
+                   value_rows: RowDecoderLike | None = None) -> dict[str, Any] | None: ...
 
 
 _key_encoder = msgspec.json.Encoder()

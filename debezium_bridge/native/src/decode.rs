@@ -423,13 +423,14 @@ impl Decoder {
         &mut self,
         topic_id: u32,
         raw: Option<&[u8]>,
+        value_rows: &Rows,
         buf: &mut Vec<u8>,
     ) -> Result<(u32, u32)> {
         let Some(raw) = raw else {
-            return self.decode_key_into(topic_id, None, buf);
+            return self.decode_key_into(topic_id, None, value_rows, buf);
         };
         if raw.first() != Some(&0) {
-            return self.decode_key_into(topic_id, Some(raw), buf);
+            return self.decode_key_into(topic_id, Some(raw), value_rows, buf);
         }
         let id = crate::avro::schema_id(raw).ok_or(Decline)?;
         let Some(compiled) = self.avro_keys.get(&id) else {
@@ -583,7 +584,15 @@ impl Decoder {
 
     /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
     /// null key.
-    fn key(&mut self, topic_id: u32, raw: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+    /// A JSON key; one without a schema of its own is converted by `value_rows`, its value's
+    /// (as the reference's `Decoder.decode_key` converts it).
+    fn key(
+        &mut self,
+        topic_id: u32,
+        raw: &[u8],
+        value_rows: &Rows,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool> {
         if raw.first() == Some(&0) {
             return Err(Decline); // Confluent Avro keys: see the Avro decoder
         }
@@ -601,7 +610,7 @@ impl Decoder {
             if !text.starts_with('{') || PAYLOAD_NAME.find(text.as_bytes()).is_some() {
                 return Err(Decline);
             }
-            (Rows::Schemaless, text)
+            (value_rows.clone(), text)
         };
         if payload == "null" {
             return Ok(false);
@@ -643,11 +652,12 @@ impl Decoder {
         &mut self,
         topic_id: u32,
         raw: Option<&[u8]>,
+        value_rows: &Rows,
         buf: &mut Vec<u8>,
     ) -> Result<(u32, u32)> {
         let start = buf.len();
         let present = match raw {
-            Some(raw) => self.key(topic_id, raw, buf)?,
+            Some(raw) => self.key(topic_id, raw, value_rows, buf)?,
             None => false,
         };
         if present && buf.len() - start == 2 && &buf[start..] == b"{}" {
@@ -777,9 +787,9 @@ impl Decoder {
             }
         }
         let key = if avro {
-            self.avro_key_into(input.topic_id, input.key, &mut buf)?
+            self.avro_key_into(input.topic_id, input.key, &rows, &mut buf)?
         } else {
-            self.decode_key_into(input.topic_id, input.key, &mut buf)?
+            self.decode_key_into(input.topic_id, input.key, &rows, &mut buf)?
         };
         let key_empty = &buf[key.0 as usize..key.1 as usize] == b"{}";
         if op == b'd' && env.before.is_none() && key_empty {
@@ -794,7 +804,7 @@ impl Decoder {
             };
             if let Some(Some(raw)) = header {
                 let mut tmp = Vec::new();
-                let span = self.decode_key_into(input.topic_id, Some(raw), &mut tmp)?;
+                let span = self.decode_key_into(input.topic_id, Some(raw), &rows, &mut tmp)?;
                 partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
             }
         }
