@@ -53,7 +53,7 @@ def _connect_type(avro_type: Any, annotation: Any, column: Any) -> str:
     if isinstance(avro_type, list):  # a union of several types: AvroData's generalized sum struct
         return "struct"
     if annotation is not None and avro_type == "int":
-        if annotation not in _INT_CONNECT_TYPES:
+        if not isinstance(annotation, str) or annotation not in _INT_CONNECT_TYPES:
             raise SchemaError(f"column {column!r}: unknown connect.type {annotation!r:.60}")
         return str(annotation)
     found = _AVRO_TO_CONNECT.get(avro_type) if isinstance(avro_type, str) else None
@@ -90,6 +90,9 @@ def column_from_avro(field: Mapping[str, Any], names: AvroNames,
                                      field.get("name"))
         semantic = avro_type.get("connect.name")
         params = avro_type.get("connect.parameters") or {}
+        if not isinstance(params, dict):
+            raise SchemaError(f"column {field.get('name')!r}: connect.parameters is not a map: "
+                              f"{params!r:.60}")
         if semantic == "org.apache.kafka.connect.data.Decimal" and "scale" not in params:
             params = {**params, "scale": str(avro_type.get("scale", 0))}
         version = avro_type.get("connect.version")

@@ -214,8 +214,8 @@ class _Generator:
     def read_union(self, branches: list[Any], target: str | None, out: list[str], ind: str,
                    keep: Projection | None) -> None:
         """A union into ``target`` (skipped when ``target`` is None)."""
-        if len(branches) > 63:  # indexes above 63 take more than one varint byte
-            raise Unsupported("union with more than 63 branches")
+        if not branches or len(branches) > 63:  # indexes above 63 take more than one byte
+            raise Unsupported(f"union of {len(branches)} branches")
         out += [f"{ind}b = data[pos]", f"{ind}pos += 1"]
         for index, branch in enumerate(branches):
             out.append(f"{ind}{'if' if index == 0 else 'elif'} b == {2 * index}:")
