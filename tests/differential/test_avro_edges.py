@@ -154,3 +154,33 @@ def test_changed_columns_are_those_written_differently() -> None:
     for line in lines:
         before, after = line["before"], line["after"]
         assert line["changed_columns"] == [c for c in after if before[c] != after[c]], line
+
+
+def avro_json(schema: Any, datum: Any) -> bytes:
+    """A datum as Avro's JSON encoding writes it (``kafka-avro-console-consumer``)."""
+    out = io.StringIO()
+    fastavro.json_writer(out, fastavro.parse_schema(strip_logical_types(copy.deepcopy(schema))),
+                         [datum])
+    return out.getvalue().strip().encode()
+
+
+def test_avro_json_keys_are_converted_as_their_rows() -> None:
+    """An Avro-JSON dump read with the registry's subjects: the key, which carries no schema,
+    is converted by the value's row schema, as the row is."""
+    key_schema = {"type": "record", "name": "Key", "namespace": TOPIC, "fields": [
+        {"name": "id", "type": "int"}, {"name": "amount", "type": DECIMAL}]}
+    schema = envelope("Envelope", [], "Value", namespace=TOPIC)
+    schema["fields"][0]["type"] = ["null", RIGHT]
+    amount = (12345).to_bytes(2, "big", signed=True)
+    after = {"id": 1, "amount": amount}
+    value = avro_json(schema, {"before": None, "after": after, "source": SOURCE_VALUES,
+                               "op": "c", "ts_ms": 1})
+    key = avro_json(key_schema, {"id": 1, "amount": amount})
+    records = [RawRecord(TOPIC, 0, 0, None, key, value)]
+    subjects = {f"{TOPIC}-value": schema, f"{TOPIC}-key": key_schema}
+    stream = Stream(records, [(TOPIC, 0)], subjects, "bytes")  # type: ignore[arg-type]
+    python = _run(stream, "off", {}, 1, expect=False)
+    native = _run(stream, "on", {}, 1, expect=False)
+    assert native[:4] == python[:4]
+    record = json.loads(python[0])
+    assert record["key"] == record["after"] == {"id": 1, "amount": "123.45"}
