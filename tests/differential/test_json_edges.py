@@ -384,3 +384,21 @@ def test_a_bare_key_of_a_value_with_a_table_schema_file_is_converted_as_its_row(
     assert outputs[0] == outputs[1]
     record = json.loads(outputs[0])
     assert record["key"] == CONVERTED_KEY == {k: record["after"][k] for k in CONVERTED_KEY}
+
+
+# FLOAT32 columns (SQL Server real): JsonConverter writes a float through Jackson's FloatNode,
+# FLT_MAX as 3.4028235E38, which as a double lies above FLT_MAX but rounds back to it; only a
+# value that rounds to infinity as a float32 is out of range.
+REAL_TEXTS = {"3.4028235E38": 3.4028235e38, "-3.4028235E38": -3.4028235e38,
+              "3.4028233E38": 3.4028233e38, "3.4028236E38": None, "3.5E38": None}
+
+
+@pytest.mark.parametrize("text", sorted(REAL_TEXTS))
+def test_real_columns_take_every_float32_jackson_writes(text: str) -> None:
+    value = schemaful(COLUMNS, {**ROW, "r": 0.0}).replace('"r":0.0', f'"r":{text}')
+    lines, dead, _, _, _ = both(value, SCHEMAFUL_KEY)
+    want = REAL_TEXTS[text]
+    if want is None:
+        assert len(dead) == 2 and not lines
+    else:
+        assert not dead and json.loads(lines.splitlines()[0])["after"]["r"] == want

@@ -307,7 +307,9 @@ def _binary_text_converter(mode: BinaryHandlingMode) -> Converter | None:
     return None
 
 
-_FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT32_LIMIT = 3.4028235677973366e38
+"""2**128 - 2**103, the least magnitude a float32 rounds to infinity: FLT_MAX as Jackson writes
+it for JsonConverter (``3.4028235E38``) is above FLT_MAX as a double, below this."""
 _FLOAT64_MAX = 1.7976931348623157e308
 
 
@@ -394,8 +396,8 @@ _TYPE_CHECKS = {
     **{name: f"value.__class__ is not int or not {low} <= value <= {high}"
        for name, (low, high) in _INT_RANGES.items()},
     "float32": "value.__class__ is not float and (value.__class__ is not int or not "
-               f"{-_FLOAT32_MAX!r} <= value <= {_FLOAT32_MAX!r}) or value.__class__ is float and "
-               f"{_FLOAT32_MAX!r} < abs(value) < INFINITY",
+               f"{-_FLOAT32_LIMIT!r} < value < {_FLOAT32_LIMIT!r}) or value.__class__ is float "
+               f"and {_FLOAT32_LIMIT!r} <= abs(value) < INFINITY",
     "float64": "value.__class__ is not float and (value.__class__ is not int or not "
                f"{-_FLOAT64_MAX!r} <= value <= {_FLOAT64_MAX!r})",
     "boolean": "value.__class__ is not bool",

@@ -47,7 +47,9 @@ const URL_SAFE_ANY_PADDING: base64::engine::GeneralPurpose = base64::engine::Gen
     base64::engine::GeneralPurposeConfig::new()
         .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
-const FLOAT32_MAX: f64 = 3.4028234663852886e38;
+/// 2^128 - 2^103, the least magnitude a float32 rounds to infinity (`_FLOAT32_LIMIT`): FLT_MAX
+/// as Jackson writes it (`3.4028235E38`) is above FLT_MAX as a double, below this.
+const FLOAT32_LIMIT: f64 = 3.4028235677973366e38;
 
 /// The type check of a column (the reference's `_TYPE_CHECKS`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -463,9 +465,9 @@ fn check(c: Check, v: &Scalar<'_>) -> Result<()> {
         Check::None => true,
         Check::Int(lo, hi) => matches!(v, Scalar::Int(i) if lo <= *i && *i <= hi),
         Check::Float32 => match v {
-            Scalar::Float(f) => f.abs() <= FLOAT32_MAX,
-            Scalar::Int(i) => (*i as f64).abs() <= FLOAT32_MAX,
-            Scalar::UInt(u) => (*u as f64) <= FLOAT32_MAX,
+            Scalar::Float(f) => f.abs() < FLOAT32_LIMIT, // (infinities: the reference decides)
+            Scalar::Int(i) => (*i as f64).abs() < FLOAT32_LIMIT,
+            Scalar::UInt(u) => (*u as f64) < FLOAT32_LIMIT,
             _ => false,
         },
         Check::Float64 => matches!(v, Scalar::Float(_) | Scalar::Int(_) | Scalar::UInt(_)),
