@@ -100,7 +100,11 @@ class Pipeline:
             return self._declined(raw)
 
         def mismatch_line(line: bytes, number: int, message: str) -> DeadLetter:
-            return native.mismatch_letter(record_of_line(line, fmt), message)
+            try:
+                raw = record_of_line(line, fmt)
+            except ValueError:  # the native reader read what the Python one does not
+                raw = RawRecord(topic=f"file:{path}", partition=0, offset=number, value=line)
+            return native.mismatch_letter(raw, message)
 
         try:
             consumed, next_line = core.process_dump(chunk, fmt.value, line_no, last,

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import msgspec
 
@@ -75,11 +75,17 @@ class DumpLineError(msgspec.Struct, frozen=True, gc=False):
     message: str
 
 
+Partition = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+"""A Kafka partition: int32."""
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""A Kafka offset or timestamp: int64."""
+
+
 class _LosslessLine(msgspec.Struct, kw_only=True, gc=False):
     topic: str
-    partition: int
-    offset: int | None = None
-    timestamp: int | None = None
+    partition: Partition
+    offset: Int64 | None = None
+    timestamp: Int64 | None = None
     headers: tuple[Header, ...] = ()
     key_b64: bytes | None  # msgspec (de)serialises ``bytes`` as padded base64
     value_b64: bytes | None  # required: a missing value must not read as a tombstone
@@ -90,11 +96,11 @@ _KcatHeaders = list[str | None] | dict[str, str | list[str | None] | None] | Non
 
 class _KcatLine(msgspec.Struct, gc=False):
     topic: str
-    partition: int
-    offset: int
+    partition: Partition
+    offset: Int64
     key: Any
     payload: Any
-    ts: int | None = None
+    ts: Int64 | None = None
     headers: _KcatHeaders = None
     key_error: str | None = None
     payload_error: str | None = None
@@ -111,7 +117,7 @@ def _sniff(line: bytes) -> DumpFormat | None:
         return DumpFormat.TEXT
     try:
         obj = msgspec.json.decode(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than msgspec reads
         return None
     if not isinstance(obj, dict):
         return DumpFormat.TEXT
@@ -130,7 +136,7 @@ def detect_format(first_line: bytes) -> DumpFormat:
 def _avro_record_schema(text: bytes) -> dict[str, Any] | None:
     try:
         obj = msgspec.json.decode(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     is_record = isinstance(obj, dict) and obj.get("type") == "record"
     return obj if is_record and isinstance(obj.get("fields"), list) else None
@@ -203,12 +209,12 @@ def _kcat_record(line: bytes) -> RawRecord:
 
 
 def record_of_line(line: bytes, fmt: DumpFormat) -> RawRecord:
-    """One non-blank lossless or kcat line as a record; raises :class:`ValueError` with the
-    message a :class:`DumpLineError` carries."""
+    """One non-blank lossless or kcat line (without its line terminator) as a record; raises
+    :class:`ValueError` with the message a :class:`DumpLineError` carries."""
     if fmt is DumpFormat.LOSSLESS:
         try:
             r = _LOSSLESS_DECODER.decode(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # nesting deeper than msgspec reads
             raise ValueError(f"invalid lossless line: {exc}") from exc
         return RawRecord(
             r.topic, r.partition, r.offset, r.timestamp, r.key_b64, r.value_b64, r.headers
@@ -216,7 +222,7 @@ def record_of_line(line: bytes, fmt: DumpFormat) -> RawRecord:
     if fmt is DumpFormat.KCAT:
         try:
             return _kcat_record(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ValueError(f"invalid kcat line: {exc}") from exc
     raise ValueError(f"not a line format: {fmt}")
 
@@ -334,7 +340,7 @@ class DumpReader:
         for line_no, line in lines:
             self.bytes_read += len(line)
             try:
-                yield record_of_line(line, lossless)
+                yield record_of_line(line.rstrip(b"\r\n"), lossless)
             except ValueError as exc:
                 if not line.isspace():
                     yield self._error(line_no, line, str(exc))
@@ -346,7 +352,7 @@ class DumpReader:
             if line.isspace():
                 continue
             try:
-                yield record_of_line(line, kcat)
+                yield record_of_line(line.rstrip(b"\r\n"), kcat)
             except ValueError as exc:
                 yield self._error(line_no, line, str(exc))
 

@@ -91,3 +91,70 @@ def _dead(dlq: bytes) -> list[object]:
             for name, value in doc["headers"]]
         out.append(doc)
     return out
+
+
+def _variant(line: bytes, fmt: str, **members: object) -> bytes:
+    """A dump line with members replaced or added (JSON text given as ``bytes``: as is)."""
+    doc = json.loads(line)
+    raw = {k: v for k, v in members.items() if isinstance(v, bytes)}
+    doc.update({k: v for k, v in members.items() if not isinstance(v, bytes)})
+    text = json.dumps(doc, separators=(",", ":")).encode()
+    for name, value in raw.items():
+        text = text[:-1] + b',"' + name.encode() + b'":' + value + b"}"
+    return text
+
+
+# Lines a reader must take apart from the rest: Kafka partitions are int32 and offsets int64
+# (the protocol's types); a lone surrogate escape has no UTF-8 form and msgspec refuses it,
+# nesting deeper than it reads too (each a dead letter of the line, stage "read"); an unknown
+# member the reader ignores otherwise; line terminators are not part of a line.
+ODD_LINES = {
+    "partition beyond int32": ({"partition": 2**31}, 1),
+    "partition below int32": ({"partition": -(2**31) - 1}, 1),
+    "offset beyond int64": ({"offset": 2**63}, 1),
+    "lone surrogate in an unknown member": ({"x": b'"\\ud800"'}, 1),
+    "surrogate pair in an unknown member": ({"x": b'"\\ud83d\\ude00"'}, 0),
+    "unknown member nested 100 deep": ({"x": b"[" * 100 + b"]" * 100}, 0),
+    "unknown member nested 5000 deep": ({"x": b"[" * 5000 + b"]" * 5000}, 1),
+}
+
+
+@pytest.mark.parametrize("fmt", ["lossless", "kcat"])
+@pytest.mark.parametrize("case", sorted(ODD_LINES))
+def test_odd_dump_lines_on_both_cores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                      fmt: str, case: str) -> None:
+    stream = generate(7, encoding="json", n_changes=4)
+    good = tmp_path / "good.jsonl"
+    _write(stream.records, good, fmt, [])
+    lines = good.read_bytes().splitlines()
+    members, dead = ODD_LINES[case]
+    odd = _variant(lines[0], fmt, **members)
+    # the odd line, then the same record again as a replay (or a mismatch, if read)
+    dump = tmp_path / "dump.jsonl"
+    dump.write_bytes(b"\n".join([odd, *lines]) + b"\n")
+    python = _convert(monkeypatch, tmp_path, dump, "0", [])
+    native = _convert(monkeypatch, tmp_path, dump, "1", [])
+    assert native[2] == python[2]
+    assert _dead(native[1]) == _dead(python[1])
+    assert native[0] == python[0]
+    stages = [dict((n, base64.b64decode(v)) for n, v in json.loads(d)["headers"])
+              .get("__connect.errors.stage") for d in python[1].splitlines()]
+    assert stages.count(b"read") == dead
+
+
+@pytest.mark.parametrize("fmt", ["lossless", "kcat"])
+@pytest.mark.parametrize("ending", [b"\r\r\n", b"\r\n", b"\n"])
+def test_a_bad_line_is_the_same_dead_letter_whatever_its_ending(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fmt: str, ending: bytes) -> None:
+    stream = generate(7, encoding="json", n_changes=2)
+    good = tmp_path / "good.jsonl"
+    _write(stream.records, good, fmt, [])
+    dump = tmp_path / "dump.jsonl"
+    dump.write_bytes(good.read_bytes() + b'{"topic":"t","partition":' + ending)
+    results = [_convert(monkeypatch, tmp_path, dump, core, []) for core in ("0", "1")]
+    assert results[0][2] == results[1][2]
+    assert _dead(results[0][1]) == _dead(results[1][1])
+    (letter,) = [d for d in map(json.loads, results[0][1].splitlines())
+                 if ["__connect.errors.stage", base64.b64encode(b"read").decode()]
+                 in d["headers"]]
+    assert base64.b64decode(letter["value_b64"]) == b'{"topic":"t","partition":'

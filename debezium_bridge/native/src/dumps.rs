@@ -35,7 +35,10 @@ pub struct DumpRecord<'a> {
     pub oldkey: Option<Option<Vec<u8>>>,
 }
 
+// Unknown members are declined (the Python reader ignores them, unless they hold what msgspec
+// refuses: a lone surrogate escape, nesting deeper than it reads).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Lossless<'a> {
     #[serde(borrow)]
     topic: Cow<'a, str>,
@@ -103,6 +106,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Present<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Kcat<'a> {
     #[serde(borrow)]
     topic: Cow<'a, str>,
@@ -120,6 +124,15 @@ struct Kcat<'a> {
     key_error: Option<sonic_rs::Value>,
     #[serde(default)]
     payload_error: Option<sonic_rs::Value>,
+    // the other members kcat writes (`json.c`), read and not used
+    #[serde(borrow, default, rename = "tstype")]
+    _tstype: Option<Cow<'a, str>>,
+    #[serde(default, rename = "broker")]
+    _broker: Option<StrictInt>,
+    #[serde(default, rename = "key_schema_id")]
+    _key_schema_id: Option<StrictInt>,
+    #[serde(default, rename = "value_schema_id")]
+    _value_schema_id: Option<StrictInt>,
 }
 
 const NEWKEY: &str = "__debezium.newkey";

@@ -731,8 +731,8 @@ impl NativeCore {
             pos = (end + 1).min(chunk.len());
             let this = line_no;
             line_no += 1;
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
+            while let [rest @ .., b'\r'] = line {
+                line = rest; // as the reader's `rstrip(b"\r\n")`
             }
             if crate::dumps::is_blank(line) {
                 continue;
