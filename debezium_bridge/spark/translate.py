@@ -92,7 +92,7 @@ from debezium_bridge.core.windowed_native import (
     mismatch_letter,
     topology_args,
 )
-from debezium_bridge.errors import BridgeError, LsnFormatError, ServiceError
+from debezium_bridge.errors import BridgeError, ConfigError, LsnFormatError, ServiceError
 from debezium_bridge.formats.ces.decode import CesDecoder
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.formats.columns import CatalogColumn, ColumnCatalog
@@ -1029,6 +1029,7 @@ def translate(df: Any, config: TranslateConfig | None = None,
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     config = config or TranslateConfig()
+    df = with_kafka_columns(df)
     on_native = native_translate(df, config)
     staged = decode_stage(df, config, native=on_native)
     if df.isStreaming:
@@ -1044,6 +1045,25 @@ def translate(df: Any, config: TranslateConfig | None = None,
         released = staged.groupBy("bucket").applyInArrow(_batch_release(config), _RELEASE_SCHEMA)
     return output_rows(released.observe(
         f"{METRICS_NAME}_release", *(F.sum(f"n_{c}").alias(c) for c in RELEASE_COUNTERS)))
+
+
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+"""The columns of Spark's Kafka source that :func:`translate` reads, besides ``headers``."""
+
+
+def with_kafka_columns(df: Any) -> Any:
+    """``df`` with the Kafka source's columns :func:`translate` reads: ``headers`` added, empty,
+    where the source left it out (Spark's ``kafka`` format without ``includeHeaders=true``);
+    any other one missing is a :class:`ConfigError`."""
+    from pyspark.sql import functions as F
+
+    missing = [c for c in KAFKA_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(f"translate reads the Kafka source's columns; missing: "
+                          f"{', '.join(missing)} (has: {', '.join(df.columns)})")
+    if "headers" in df.columns:
+        return df
+    return df.withColumn("headers", F.lit(None).cast(dict(OUTPUT_COLUMNS)["headers"]))
 
 
 def output_rows(released: Any) -> Any:

@@ -11,6 +11,7 @@ import pytest
 
 from debezium_bridge.clients.kafka import create_topics, produce
 from debezium_bridge.core.translator import Translator
+from debezium_bridge.errors import ConfigError
 from debezium_bridge.formats.canonical import to_json
 from debezium_bridge.formats.ces.options import CesOptions
 from debezium_bridge.model.change import ChangeRecord
@@ -40,6 +41,20 @@ def test_batch_translate_matches_the_golden_case_and_the_core(spark: Any) -> Non
     assert sorted(r.event_id for r in changes) == sorted(c.event_id for c in core)
     assert all(r.topic == "server1.testDB.dbo.customers.canonical" for r in changes)
     assert {r.format for r in changes} == {"canonical"}
+
+
+def test_a_frame_without_headers_translates_as_one_with_none(spark: Any) -> None:
+    """Spark's ``kafka`` format leaves ``headers`` out unless ``includeHeaders=true``."""
+    records, _ = demo()
+    bare = [msgspec.structs.replace(r, headers=()) for r in records]
+    frame = spark.createDataFrame(kafka_rows(bare), KAFKA_SCHEMA)
+
+    def output(df: Any) -> list[tuple[Any, ...]]:
+        return sorted((r.kind, r.event_id or "", r.value or b"") for r in translate(df).collect())
+
+    assert output(frame.drop("headers")) == output(frame)
+    with pytest.raises(ConfigError, match="missing: offset"):
+        translate(frame.drop("offset"))
 
 
 def test_batch_translate_views(spark: Any) -> None:
