@@ -402,3 +402,39 @@ def test_real_columns_take_every_float32_jackson_writes(text: str) -> None:
         assert len(dead) == 2 and not lines
     else:
         assert not dead and json.loads(lines.splitlines()[0])["after"]["r"] == want
+
+
+# time.precision.mode=isostring (Debezium 3.1+): IsoTime/IsoTimestamp strings in UTC, written
+# with Java's ISO formats, which drop trailing fraction zeros. With the source type propagated
+# the fraction has the column's scale, as a NanoTimestamp of the same value has.
+def _iso_column(name: str, logical: str, source: str, scale: str | None) -> dict[str, Any]:
+    params = ({} if scale is None else {"__debezium.source.column.type": source,
+                                        "__debezium.source.column.scale": scale})
+    return _field("string", name, logical=logical, parameters=params or None)
+
+
+ISO_COLUMNS = [_field("int32", "id", optional=False),
+               _iso_column("ts", "io.debezium.time.IsoTimestamp", "DATETIME2", "7"),
+               _iso_column("t", "io.debezium.time.IsoTime", "TIME", "3"),
+               _iso_column("plain", "io.debezium.time.IsoTimestamp", "DATETIME2", None)]
+ISO_TEXTS = {  # sent → (ts at scale 7, t at scale 3, plain: as sent, without the zone)
+    "2020-01-01T10:00:00.5Z": ("2020-01-01T10:00:00.5000000", "2020-01-01T10:00:00.500",
+                               "2020-01-01T10:00:00.5"),
+    "2020-01-01T10:00:00Z": ("2020-01-01T10:00:00.0000000", "2020-01-01T10:00:00.000",
+                             "2020-01-01T10:00:00"),
+    "2020-01-01T10:00:00.1234567Z": ("2020-01-01T10:00:00.1234567",
+                                     "2020-01-01T10:00:00.1234567",
+                                     "2020-01-01T10:00:00.1234567"),
+    "00:00:00Z": ("00:00:00.0000000", "00:00:00.000", "00:00:00"),
+    "23:59:59.99Z": ("23:59:59.9900000", "23:59:59.990", "23:59:59.99"),
+    "not a time": ("not a time", "not a time", "not a time"),
+}
+
+
+@pytest.mark.parametrize("text", sorted(ISO_TEXTS))
+def test_isostring_times_have_the_propagated_scale(text: str) -> None:
+    row = {"id": 1, "ts": text, "t": text, "plain": text}
+    lines, dead, _, _, _ = both(schemaful(ISO_COLUMNS, row), SCHEMAFUL_KEY, native_reads=True)
+    assert not dead
+    after = json.loads(lines.splitlines()[0])["after"]
+    assert (after["ts"], after["t"], after["plain"]) == ISO_TEXTS[text]

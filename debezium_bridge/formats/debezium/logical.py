@@ -60,8 +60,8 @@ _TIMESTAMP_UNITS: dict[str, tuple[int, int]] = {
     "org.apache.kafka.connect.data.Timestamp": (1_000, 3),
 }
 _DATE_TYPES = frozenset({"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"})
-_ISO_TYPES = frozenset({"io.debezium.time.IsoDate", "io.debezium.time.IsoTime",
-                        "io.debezium.time.IsoTimestamp"})
+_ISO_DATE = "io.debezium.time.IsoDate"
+_ISO_TYPES = frozenset({_ISO_DATE, "io.debezium.time.IsoTime", "io.debezium.time.IsoTimestamp"})
 DECIMAL_SEMANTIC = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_DECIMAL_SEMANTIC = "io.debezium.data.VariableScaleDecimal"
 
@@ -279,6 +279,27 @@ def _iso_utc(value: Any) -> str:
     return value
 
 
+_ISO_SECONDS = re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]*))?\Z")
+"""The seconds and fraction that end an ISO time or timestamp."""
+
+
+def _iso_utc_at_scale(scale: int) -> Converter:
+    """``_iso_utc`` of a time or timestamp whose column scale was propagated: the fraction
+    padded to the scale when it has fewer digits (Java's ISO formats, which Debezium's
+    ``isostring`` mode uses, drop trailing zeros)."""
+    def iso_at_scale(value: Any) -> str:
+        text = _iso_utc(value)
+        found = _ISO_SECONDS.search(text)
+        if found is None:
+            return text
+        fraction = found.group(1) or ""
+        if len(fraction) >= scale:
+            return text
+        seconds_end = found.start() + 8
+        return f"{text[:seconds_end]}.{fraction}{'0' * (scale - len(fraction))}"
+    return iso_at_scale
+
+
 def _base64_of_bytes(value: Any) -> str:
     if isinstance(value, str):
         bytes_of(value)  # validate
@@ -346,7 +367,8 @@ def converter_for(column: Column, binary_mode: BinaryHandlingMode = "bytes") -> 
     if semantic in _DATE_TYPES:
         return _date
     if semantic in _ISO_TYPES:
-        return _iso_utc
+        scale = None if semantic == _ISO_DATE else _source_scale(column, _MAX_FRACTION_DIGITS)
+        return _iso_utc if scale is None else _iso_utc_at_scale(scale)
     if column.connect_type == "bytes":
         return _base64_of_bytes
     if column.connect_type == "float32":

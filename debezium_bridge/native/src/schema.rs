@@ -51,6 +51,31 @@ const URL_SAFE_ANY_PADDING: base64::engine::GeneralPurpose = base64::engine::Gen
 /// as Jackson writes it (`3.4028235E38`) is above FLT_MAX as a double, below this.
 const FLOAT32_LIMIT: f64 = 3.4028235677973366e38;
 
+/// An ISO time or timestamp (`…hh:mm:ss[.f…]`) with its fraction padded to `digits` when it
+/// has fewer (`_iso_at_scale`: Java's ISO formats drop trailing zeros); `None`: as it is.
+fn iso_at_scale(text: &str, digits: usize) -> Option<String> {
+    let b = text.as_bytes();
+    let first_digit = b.len() - b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    let (seconds_end, fraction) = match first_digit.checked_sub(1) {
+        Some(dot) if b[dot] == b'.' => (dot, b.len() - first_digit),
+        _ => (b.len(), 0),
+    };
+    let seconds = b.get(seconds_end.checked_sub(8)?..seconds_end)?;
+    let shape = seconds.iter().enumerate().all(|(i, c)| match i {
+        2 | 5 => *c == b':',
+        _ => c.is_ascii_digit(),
+    });
+    if !shape || fraction >= digits {
+        return None;
+    }
+    let mut padded = String::with_capacity(seconds_end + 1 + digits);
+    padded.push_str(&text[..seconds_end]);
+    padded.push('.');
+    padded.push_str(&text[b.len() - fraction..]);
+    padded.extend(std::iter::repeat_n('0', digits - fraction));
+    Some(padded)
+}
+
 /// The type check of a column (the reference's `_TYPE_CHECKS`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Check {
@@ -84,7 +109,10 @@ pub enum Conv {
         digits: u32,
     },
     Date,
-    IsoUtc,
+    /// An ISO date, time or timestamp string in UTC; times padded to the propagated scale.
+    IsoUtc {
+        digits: Option<u32>,
+    },
     Base64Bytes,
     Float32,
     BinaryHex,
@@ -272,9 +300,10 @@ pub fn column(
         Some("io.debezium.time.MicroTime") => timed(1_000_000, 6, 6, true)?,
         Some("io.debezium.time.NanoTime") => timed(1_000_000_000, 9, 7, true)?,
         Some("io.debezium.time.Date") | Some("org.apache.kafka.connect.data.Date") => Conv::Date,
-        Some("io.debezium.time.IsoDate")
-        | Some("io.debezium.time.IsoTime")
-        | Some("io.debezium.time.IsoTimestamp") => Conv::IsoUtc,
+        Some("io.debezium.time.IsoDate") => Conv::IsoUtc { digits: None },
+        Some("io.debezium.time.IsoTime") | Some("io.debezium.time.IsoTimestamp") => Conv::IsoUtc {
+            digits: source_scale(9)?,
+        },
         _ if connect_type == "bytes" => Conv::Base64Bytes,
         _ if connect_type == "float32" => Conv::Float32,
         _ if connect_type == "string"
@@ -544,13 +573,16 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
             text[1..11].copy_from_slice(&date);
             out.extend_from_slice(&text);
         }
-        Conv::IsoUtc => {
+        Conv::IsoUtc { digits } => {
             let text = text(&v)?;
             let trimmed = text
                 .strip_suffix('Z')
                 .or_else(|| text.strip_suffix("+00:00"))
                 .unwrap_or(text);
-            jsonw::write_str(out, trimmed);
+            match digits.and_then(|d| iso_at_scale(trimmed, d as usize)) {
+                Some(padded) => jsonw::write_str(out, &padded),
+                None => jsonw::write_str(out, trimmed),
+            }
         }
         Conv::Base64Bytes => {
             let text = text(&v)?;
