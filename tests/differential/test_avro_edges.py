@@ -135,6 +135,8 @@ UPDATES = [(NAN, NAN), (NAN, None), (None, NAN), (INF, -INF), (INF, NAN), (1.5, 
 
 
 def test_changed_columns_are_those_written_differently() -> None:
+    """(The native core leaves records with non-finite floats to the Python decoder; their
+    events join its state, where it writes them and compares their images itself.)"""
     records = []
     for offset, (old, new) in enumerate(UPDATES):
         before = {"id": 1, "f": old, "r": old, "s": "a"}
@@ -166,7 +168,8 @@ def avro_json(schema: Any, datum: Any) -> bytes:
 
 def test_avro_json_keys_are_converted_as_their_rows() -> None:
     """An Avro-JSON dump read with the registry's subjects: the key, which carries no schema,
-    is converted by the value's row schema, as the row is."""
+    is converted by the value's row schema, as the row is. (Avro-JSON is the Python decoder's
+    on both cores.)"""
     key_schema = {"type": "record", "name": "Key", "namespace": TOPIC, "fields": [
         {"name": "id", "type": "int"}, {"name": "amount", "type": DECIMAL}]}
     schema = envelope("Envelope", [], "Value", namespace=TOPIC)

@@ -344,6 +344,8 @@ def _float32(value: Any) -> Any:
         raise ValueConversionError(f"{value!r} is out of the float32 range") from exc
     for precision in range(6, 10):
         candidate = float(f"{value:.{precision}g}")
+        if abs(candidate) >= _FLOAT32_LIMIT:  # rounded up past FLT_MAX: the float32's digits
+            candidate = float(f"{struct.unpack('<f', packed)[0]:.{precision}g}")
         if struct.pack("<f", candidate) == packed:
             return candidate
     return value
