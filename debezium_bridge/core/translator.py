@@ -145,7 +145,13 @@ _PRESSURE_LOG_EVERY = 10_000
 
 
 def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
-    return f"{e.table_id or e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
+    ident = f"{e.table_id or e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
+    if e.op == "r" and e.key_id == b"{}":
+        # a keyless table's snapshot rows share all that: their Kafka coordinates differ
+        r = e.record
+        offset = -1 if r.offset is None else r.offset
+        ident += f"\x00{r.topic}\x00{r.partition}\x00{offset}".encode()
+    return ident
 
 
 _ABSENT: Any = object()
@@ -536,10 +542,15 @@ class Translator:
         # those are tracked there.
         # The image memory is keyed by the hash of the identity: a collision could at worst
         # turn an identical replay into a dead letter, never drop an event.
+        # A row of a keyless table read in a snapshot (initial or incremental) has no identity:
+        # such rows share their position and their (empty) key, and a keyless table may hold
+        # the same row twice; none is taken for a replay of another.
+        keyless_read = op == "r" and key_id == b"{}"
         tracked: tuple[Any, ...] | None = None
         table_id = event.table_id or event.table.table_id
         if op == "r" and event.snapshot != "incremental":
-            tracked = (event.table, key_id, sort_key[0], "r")
+            if not keyless_read:
+                tracked = (event.table, key_id, sort_key[0], "r")
             identity = hash((table_id, key_id, sort_key[0], "r"))
         else:
             identity = hash((table_id, sort_key, op, key_id))
@@ -548,20 +559,21 @@ class Translator:
             local = (op, key_id)
             if mark is None or sort_key > mark[0]:
                 marks[tp] = (sort_key, {local})
-            elif sort_key < mark[0] or local in mark[1]:
+            elif sort_key < mark[0] or (not keyless_read and local in mark[1]):
                 self._replayed(event, identity)
                 return
-            else:
+            elif not keyless_read:
                 mark[1].add(local)
-            if key_id == b"{}":
+            if key_id == b"{}" and not keyless_read:
                 tracked = (event.table, sort_key, op, key_id)
         if tracked is not None:
             if tracked in self._recent or tracked in self._pending_ids:
                 self._replayed(event, identity)
                 return
             self._recent.add(tracked)
-        self._images.remember(identity, hash(_image_encode((event.before, event.after,
-                                                            event.unavailable))))
+        if not keyless_read:
+            self._images.remember(identity, hash(_image_encode((event.before, event.after,
+                                                                event.unavailable))))
         commit, change = sort_key[0], sort_key[1]
         # watermark bookkeeping
         commit_marks = self._commit_marks

@@ -75,6 +75,12 @@ def group_key(event: ChangeEvent) -> GroupKey:
     return (table_id, commit, event.sort_key[1])
 
 
+def _keyless_read(event: ChangeEvent) -> bool:
+    """A keyless table's row read in a snapshot: it has no identity, so it is never a replay
+    of another (``Translator._accept``)."""
+    return event.op == "r" and event.key_id == b"{}"
+
+
 def _streamed(event: ChangeEvent) -> bool:
     """Whether ``event`` is ordered in its partition (everything but initial snapshot rows)."""
     return event.op != "r" or event.snapshot == "incremental"
@@ -289,7 +295,8 @@ class WindowState:
             op = event.op  # a replay repeats serial, op and key inside its position group
             identity = encode((event.sort_key[2], op, event.key_id))
             seen = group.seen
-            index = self._seen_at(key, seen, identity)
+            keyless_read = _keyless_read(event)
+            index = None if keyless_read else self._seen_at(key, seen, identity)
             if index is not None:  # a replay while its group waits: its image must be the same
                 digests = group.digests
                 if index < len(digests) and digests[index] != image_digest(event):
@@ -298,11 +305,12 @@ class WindowState:
                 else:
                     counters.duplicates += 1
                 continue
-            seen.append(identity)
-            if key in self._seen_index:
-                self._seen_index[key][identity] = len(seen) - 1
-            if len(group.digests) == len(seen) - 1:
-                group.digests.append(image_digest(event))
+            if not keyless_read:
+                seen.append(identity)
+                if key in self._seen_index:
+                    self._seen_index[key][identity] = len(seen) - 1
+                if len(group.digests) == len(seen) - 1:
+                    group.digests.append(image_digest(event))
             if op != "r":
                 commit = key[1]
                 commits[commit] = commits.get(commit, 0) + 1
@@ -326,7 +334,7 @@ class WindowState:
         sort_key = event.sort_key
         if sort_key < mark.position:
             return True
-        if sort_key != mark.position:
+        if sort_key != mark.position or _keyless_read(event):
             return False
         at: Collection[bytes] = mark.at_position
         if len(at) > 8:

@@ -819,21 +819,26 @@ impl Core {
         let sk = sort_key(&e);
         let snapshot = e.is_snapshot_identity(self.incremental);
         let identity = self.identity(&e, snapshot, sk);
+        // a keyless table's row read in a snapshot has no identity (`keyless_read` in the
+        // reference): never a replay of another
+        let keyless_read = e.is_keyless_read();
         let mut tracked = false;
         if snapshot {
-            tracked = true;
+            tracked = !keyless_read;
         } else {
             let local_key = e.key_bytes();
             match self.marks.get_mut(&tp) {
                 Some(mark) if sk <= mark.key => {
-                    if sk < mark.key || mark.seen.contains(e.op, local_key) {
+                    if sk < mark.key || (!keyless_read && mark.seen.contains(e.op, local_key)) {
                         return self.replayed(&e, identity);
                     }
-                    mark.seen.insert_new(e.op, local_key);
+                    if !keyless_read {
+                        mark.seen.insert_new(e.op, local_key);
+                    }
                 }
                 _ => set_mark(&mut self.marks, tp, sk, e.op, local_key),
             }
-            if local_key == b"{}" {
+            if local_key == b"{}" && !keyless_read {
                 tracked = true;
             }
         }
@@ -843,7 +848,9 @@ impl Core {
             }
             self.recent.add(identity);
         }
-        self.images.remember(identity, image_digest(&e));
+        if !keyless_read {
+            self.images.remember(identity, image_digest(&e));
+        }
         let (commit, change) = (sk.0, sk.1);
         // watermark bookkeeping
         let previous = self.commit_marks.get(&tp).copied();
@@ -1158,6 +1165,16 @@ impl Core {
         out.push(e.op);
         out.push(0);
         out.extend_from_slice(e.key_bytes());
+        if e.is_keyless_read() {
+            // a keyless table's snapshot rows share all that: their Kafka coordinates differ
+            let mut number = itoa::Buffer::new();
+            out.push(0);
+            out.extend_from_slice(self.topics[e.origin.topic as usize].as_bytes());
+            out.push(0);
+            out.extend_from_slice(number.format(e.origin.partition).as_bytes());
+            out.push(0);
+            out.extend_from_slice(number.format(e.origin.offset.unwrap_or(-1)).as_bytes());
+        }
     }
 
     /// The event id of `parts` (the last one's seq text was just written to `out`).

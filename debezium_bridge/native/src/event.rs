@@ -169,6 +169,12 @@ impl Event {
         out
     }
 
+    /// A keyless table's row read in a snapshot (initial or incremental): it has no identity,
+    /// so it is never a replay of another (`keyless_read` in the reference).
+    pub fn is_keyless_read(&self) -> bool {
+        self.op == b'r' && self.key_bytes() == b"{}"
+    }
+
     pub fn is_snapshot_identity(&self, incremental: u32) -> bool {
         self.op == b'r' && self.snapshot != incremental
     }

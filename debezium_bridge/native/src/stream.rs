@@ -307,7 +307,7 @@ impl StreamWindow {
         if sk < position {
             return true;
         }
-        if sk != position {
+        if sk != position || e.is_keyless_read() {
             return false;
         }
         let mut local = Vec::with_capacity(1 + e.key_bytes().len());
@@ -358,7 +358,8 @@ impl StreamWindow {
                 }),
             };
             let digest = image_digest(&e);
-            if let Some(first) = group.first_digest(id) {
+            let keyless_read = e.is_keyless_read();
+            if let Some(first) = group.first_digest(id).filter(|_| !keyless_read) {
                 let same = first.is_none_or(|d| d == digest);
                 repeated(
                     &self.core,
@@ -370,7 +371,9 @@ impl StreamWindow {
                 );
                 continue;
             }
-            group.note_seen(id, Some(digest));
+            if !keyless_read {
+                group.note_seen(id, Some(digest));
+            }
             if e.op != b'r' {
                 *self.commits.entry(sk.0).or_insert(0) += 1;
             }
