@@ -187,6 +187,20 @@ def test_side_topics_are_counted_not_translated():
     assert out == [] and t.counters.side_records == 3
 
 
+def test_a_flattened_row_is_no_side_record_whatever_its_columns():
+    """A row ExtractNewRecordState flattened is no envelope (a dead letter), even when its
+    table has a column named like a member of a schema-change or transaction value: those
+    values have no other members (reference §1.4 and §6, side topics)."""
+    from debezium_bridge.model.records import RawRecord
+
+    rows = [{"id": 1, "ddl": "ALTER TABLE t ADD c int"}, {"id": 2, "databaseName": "crm"},
+            {"id": "3", "status": "END", "owner": "ops"}]
+    recs = [RawRecord(TOPIC, 0, n, None, None, json.dumps(row).encode())
+            for n, row in enumerate(rows)]
+    out, t = run(recs)
+    assert out == [] and t.counters.side_records == 0 and t.counters.dead_letters == 3
+
+
 def test_watermark_waits_for_every_expected_partition():
     t = Translator()
     t.expect([(TOPIC, 0), (TOPIC, 1)])

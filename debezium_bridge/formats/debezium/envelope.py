@@ -113,6 +113,14 @@ def _snapshot_marker(value: str | bool | None) -> str:
     return value
 
 
+_TRANSACTION_FIELDS = frozenset({"status", "id", "ts_ms", "event_count", "data_collections"})
+"""``TransactionMetadataValue`` (reference §1.4): a row with other members is no such record
+(say, a table's row with ``id`` and ``status`` columns, flattened by ExtractNewRecordState)."""
+_SCHEMA_CHANGE_FIELDS = frozenset({"source", "ts_ms", "databaseName", "schemaName", "ddl",
+                                   "tableChanges"})
+"""``SchemaChangeValue`` (reference §6, side topics)."""
+
+
 def side_record_of_envelope(env: Mapping[str, Any], record: RawRecord) -> SideRecord | None:
     """Recognise schema-change, transaction and heartbeat values (side topics).
 
@@ -121,12 +129,13 @@ def side_record_of_envelope(env: Mapping[str, Any], record: RawRecord) -> SideRe
     ts = env.get("ts_ms")
     ts_ms = ts if ts.__class__ is int else None
     status = env.get("status")
-    if status in ("BEGIN", "END") and "id" in env:
+    if status in ("BEGIN", "END") and "id" in env and env.keys() <= _TRANSACTION_FIELDS:
         kind = SideKind.TX_BEGIN if status == "BEGIN" else SideKind.TX_END
         count = env.get("event_count")
         return SideRecord(kind, record, tx_id=str(env["id"]),
                           event_count=count if isinstance(count, int) else None, ts_ms=ts_ms)
-    if "tableChanges" in env or "ddl" in env or "databaseName" in env:
+    if ("tableChanges" in env or "ddl" in env or "databaseName" in env) \
+            and env.keys() <= _SCHEMA_CHANGE_FIELDS:
         return SideRecord(SideKind.SCHEMA_CHANGE, record, ts_ms=ts_ms)
     if record.topic.startswith("__debezium-heartbeat") or set(env) == {"ts_ms"}:
         return SideRecord(SideKind.HEARTBEAT, record, ts_ms=ts_ms)
