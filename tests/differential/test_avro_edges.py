@@ -187,3 +187,43 @@ def test_avro_json_keys_are_converted_as_their_rows() -> None:
     assert native[:4] == python[:4]
     record = json.loads(python[0])
     assert record["key"] == record["after"] == {"id": 1, "amount": "123.45"}
+
+
+def test_avro_cloudevents_are_read_as_their_json_form_is() -> None:
+    """CloudEventsConverter with ``serializer.type=avro`` (reference §7): the Avro envelope of
+    the attributes, ``iodebezium*`` extensions (INT64 source fields as strings) and ``data``, a
+    record of just ``before`` and ``after``; its rows are converted by ``data``'s schema."""
+    data = {"type": "record", "name": "Data", "namespace": "io.debezium.connector.sqlserver",
+            "fields": [{"name": "before", "type": ["null", dict(RIGHT, namespace=TOPIC)],
+                        "default": None},
+                       {"name": "after", "type": ["null", f"{TOPIC}.Value"], "default": None}]}
+    text = ("id", "source", "specversion", "type", "time", "datacontenttype", "iodebeziumop",
+            "iodebeziumversion", "iodebeziumconnector", "iodebeziumname", "iodebeziumtsms",
+            "iodebeziumsnapshot", "iodebeziumdb", "iodebeziumschema", "iodebeziumtable",
+            "iodebeziumchangelsn", "iodebeziumcommitlsn", "iodebeziumeventserialno")
+    schema = {"type": "record", "name": "Envelope", "namespace": "server1.testDB.CloudEvents",
+              "fields": [*({"name": n, "type": "string"} for n in text),
+                         {"name": "data", "type": data}]}
+    src = SOURCE_VALUES
+    datum = {"id": "name:server1;change_lsn:00000027:00000758:0003;"
+                   "commit_lsn:00000027:00000758:0005;event_serial_no:1",
+             "source": "/debezium/sqlserver/server1", "specversion": "1.0",
+             "type": "io.debezium.connector.sqlserver.DataChangeEvent",
+             "time": "2023-11-14T22:13:20.000Z", "datacontenttype": "application/avro",
+             "iodebeziumop": "c", **{f"iodebezium{k.replace('_', '')}": str(src[k]) for k in (
+                 "version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table",
+                 "change_lsn", "commit_lsn", "event_serial_no")},
+             "data": {"before": None,
+                      "after": {"id": 1, "amount": (12345).to_bytes(2, "big", signed=True)}}}
+    records = [RawRecord(TOPIC, 0, 0, None, confluent(2, KEY, {"id": 1}),
+                         confluent(1, schema, datum))]
+    stream = Stream(records, [(TOPIC, 0)], {1: schema, 2: KEY}, "bytes")
+    python = _run(stream, "off", {}, 1, expect=False)
+    native = _run(stream, "on", {}, 1, expect=False)
+    assert native[:4] == python[:4]
+    assert not python[1]
+    record = json.loads(python[0])
+    assert (record["op"], record["key"], record["after"]) == (
+        "insert", {"id": 1}, {"id": 1, "amount": "123.45"})
+    assert record["position"] == {"commit_lsn": src["commit_lsn"],
+                                  "change_lsn": src["change_lsn"], "event_serial_no": 1}

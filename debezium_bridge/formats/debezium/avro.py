@@ -160,13 +160,24 @@ def table_from_avro(record_schema: Mapping[str, Any], names: AvroNames) -> Table
 def envelope_row_schema(schema: Mapping[str, Any]) -> TableSchema | None:
     """The row record (type of ``after``/``before``) of an Avro Debezium envelope."""
     names = AvroNames(schema)
-    for field in schema.get("fields") or ():
-        if field.get("name") in ("after", "before"):
-            row, _ = _non_null(field["type"])
-            if isinstance(row, str):
-                row = names.resolve(row, names.namespace_of(schema))
-            if isinstance(row, dict) and row.get("type") == "record":
-                return table_from_avro(row, names)
+    return _row_schema(schema, names, cloudevent=True)
+
+
+def _row_schema(record: Mapping[str, Any], names: AvroNames, *,
+                cloudevent: bool) -> TableSchema | None:
+    """The row record of ``record``'s ``before``/``after`` fields, or (``cloudevent``) of its
+    ``data`` record's (Debezium's CloudEvents: ``data`` holds just ``before`` and ``after``)."""
+    for field in record.get("fields") or ():
+        name = field.get("name") if isinstance(field, dict) else None
+        if name in ("after", "before") or (cloudevent and name == "data"):
+            inner, _ = _non_null(field["type"])
+            if isinstance(inner, str):
+                inner = names.resolve(inner, names.namespace_of(record))
+            if not (isinstance(inner, dict) and inner.get("type") == "record"):
+                continue
+            if name == "data":
+                return _row_schema(inner, names, cloudevent=False)
+            return table_from_avro(inner, names)
     return None
 
 
@@ -308,6 +319,8 @@ class AvroDecoder:
         datum = self._read(raw, compiled)
         if not isinstance(datum, dict):
             raise EnvelopeError("Avro value is not a record")
+        if "iodebeziumop" in datum:  # CloudEventsConverter, serializer.type=avro
+            return rows.from_cloudevent(record, datum, compiled.rows, compiled.columns)
         if "op" not in datum:
             from debezium_bridge.formats.debezium.envelope import side_record_of_envelope
 

@@ -308,7 +308,7 @@ class Decoder:
         if "specversion" in doc:
             if str(doc.get("type", "")).startswith("com.microsoft.SQL.CES."):
                 return self._ces_decoder().decode(record, doc)
-            return self._from_cloudevent(record, doc)
+            return self.from_cloudevent(record, doc)
         return self._from_generic(record, doc, None, None)
 
     def _from_generic(self, record: RawRecord, doc: Any, rows: RowDecoderLike | None,
@@ -331,11 +331,12 @@ class Decoder:
             raise EnvelopeError(f"malformed envelope: {exc}") from exc
         return self._event(record, env, rows, columns)
 
-    def _from_cloudevent(self, record: RawRecord, doc: dict[str, Any]) -> ChangeEvent | SideRecord:
-        """Debezium's CloudEventsConverter (structured mode): ``iodebezium*`` + ``data``."""
+    def from_cloudevent(self, record: RawRecord, doc: dict[str, Any],
+                        rows: RowDecoderLike | None = None,
+                        columns: tuple[str, ...] | None = None) -> ChangeEvent | SideRecord:
+        """Debezium's CloudEventsConverter (structured mode): ``iodebezium*`` + ``data``;
+        ``rows``: the row decoder of ``data`` when the envelope's schema gave it (Avro)."""
         data = doc.get("data")
-        rows: RowDecoderLike | None = None
-        columns = None
         if isinstance(data, str):
             raise EnvelopeError("CloudEvent with Avro 'data' needs the envelope's data schema; "
                                 "use the Avro data serializer with a schema registry")

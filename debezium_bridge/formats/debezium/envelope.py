@@ -84,6 +84,12 @@ class RowSource(Protocol):
     def decode_key(self, record: RawRecord, raw: bytes | None,
                    value_rows: RowDecoderLike | None = None) -> dict[str, Any] | None: ...
 
+    def from_cloudevent(self, record: RawRecord, doc: dict[str, Any],
+                        rows: RowDecoderLike | None = None,
+                        columns: tuple[str, ...] | None = None) -> ChangeEvent | SideRecord:
+        """The event of a Debezium CloudEvent (``rows``: the row decoder of its ``data``)."""
+        ...
+
 
 _key_encoder = msgspec.json.Encoder()
 _EMPTY_KEY_ID = b"{}"
