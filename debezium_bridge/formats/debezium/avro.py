@@ -333,7 +333,8 @@ class AvroDecoder:
         except msgspec.ValidationError as exc:
             raise EnvelopeError(f"malformed envelope: {exc}") from exc
         key = rows.decode_key(record, record.key, compiled.rows)
-        return build_event(env, record, key, compiled.rows, None, compiled.columns)
+        partner = rows.partner_key(record, env.op, compiled.rows)
+        return build_event(env, record, key, compiled.rows, partner, compiled.columns)
 
     def decode_key(self, record: RawRecord, raw: bytes, rows: RowSource) -> dict[str, Any] | None:
         schema_id = self._schema_id(raw)

@@ -232,9 +232,15 @@ class Decoder:
         except RecordError as exc:
             raise KeyDecodeError(f"key: {exc.message}", record) from exc
 
-    def _header_key(self, record: RawRecord, name: str,
+    def partner_key(self, record: RawRecord, op: str | None,
                     value_rows: RowDecoderLike | None) -> dict[str, Any] | None:
-        raw = record.header(name)
+        """The key of the other half of a primary-key change, as the connector's
+        ``__debezium.newkey`` (on the delete) or ``__debezium.oldkey`` (on the create) header
+        names it; ``None`` when there is none or it cannot be read (headers are not
+        required)."""
+        if not record.headers:
+            return None
+        raw = record.header(NEWKEY_HEADER if op == "d" else OLDKEY_HEADER)
         if raw is None:
             return None
         try:
@@ -392,11 +398,8 @@ class Decoder:
             else:
                 rows = self._schemaless
         key = self.decode_key(record, record.key, rows)
-        partner = None
-        if record.headers:
-            partner = self._header_key(record, NEWKEY_HEADER if env.op == "d" else OLDKEY_HEADER,
-                                       rows)
-        return build_event(env, record, key, rows, partner, columns)
+        return build_event(env, record, key, rows, self.partner_key(record, env.op, rows),
+                           columns)
 
 
 def table_schema_of(schema: Any) -> TableSchema:

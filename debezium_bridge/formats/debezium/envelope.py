@@ -84,6 +84,11 @@ class RowSource(Protocol):
     def decode_key(self, record: RawRecord, raw: bytes | None,
                    value_rows: RowDecoderLike | None = None) -> dict[str, Any] | None: ...
 
+    def partner_key(self, record: RawRecord, op: str | None,
+                    value_rows: RowDecoderLike | None) -> dict[str, Any] | None:
+        """The partner key a primary-key change's header names, if any."""
+        ...
+
     def from_cloudevent(self, record: RawRecord, doc: dict[str, Any],
                         rows: RowDecoderLike | None = None,
                         columns: tuple[str, ...] | None = None) -> ChangeEvent | SideRecord:

@@ -796,7 +796,7 @@ impl Decoder {
             return Err(Decline);
         }
         let mut partner_key: Option<Box<[u8]>> = None;
-        if input.has_headers && !avro {
+        if input.has_headers {
             let header = if op == b'd' {
                 input.newkey
             } else {
@@ -804,7 +804,7 @@ impl Decoder {
             };
             if let Some(Some(raw)) = header {
                 let mut tmp = Vec::new();
-                let span = self.decode_key_into(input.topic_id, Some(raw), &rows, &mut tmp)?;
+                let span = self.avro_key_into(input.topic_id, Some(raw), &rows, &mut tmp)?;
                 partner_key = Some(tmp[span.0 as usize..span.1 as usize].into());
             }
         }
