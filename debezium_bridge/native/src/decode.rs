@@ -582,9 +582,8 @@ impl Decoder {
         }
     }
 
-    /// A Kafka key (or a key header) as canonical JSON appended to `buf`; `Ok(false)` for a
-    /// null key.
-    /// A JSON key; one without a schema of its own is converted by `value_rows`, its value's
+    /// A JSON Kafka key (or key header) as canonical JSON appended to `buf`; `Ok(false)` for
+    /// a null key. One without a schema of its own is converted by `value_rows`, its value's
     /// (as the reference's `Decoder.decode_key` converts it).
     fn key(
         &mut self,
