@@ -16,6 +16,7 @@ JsonConverter schema is read (the bridge's own output before this rule wrote ``f
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -153,4 +154,8 @@ def table_from_connect(struct: Mapping[str, Any]) -> TableSchema:
     if not isinstance(fields, list):
         raise SchemaError("Connect struct schema has no fields list")
     columns = tuple(column_from_connect(f) for f in fields)
+    names = collections.Counter(c.name for c in columns)
+    if len(names) != len(columns):  # Connect's SchemaBuilder refuses such a struct
+        twice = sorted(n for n, count in names.items() if count > 1)
+        raise SchemaError(f"Connect struct schema lists a field twice: {twice!r:.200}")
     return TableSchema(name=struct.get("name"), columns=columns)

@@ -440,3 +440,61 @@ def test_isostring_times_have_the_propagated_scale(text: str) -> None:
     assert not dead
     after = json.loads(lines.splitlines()[0])["after"]
     assert (after["ts"], after["t"], after["plain"]) == ISO_TEXTS[text]
+
+
+# Found by a mutation campaign over generated streams (each case on both cores).
+def _both_records(records: list[RawRecord]) -> tuple[Any, ...]:
+    stream = Stream(records, sorted({(r.topic, r.partition) for r in records}), {}, "bytes")
+    python = _run(stream, "off", {}, 1, expect=False)
+    native = _run(stream, "on", {}, 1, expect=False)
+    assert native[:4] == python[:4]
+    return python
+
+
+@pytest.mark.parametrize(("partition", "offset"), [
+    (2**31, 0), (-(2**31) - 1, 0), (0, 2**63), (0, -(2**63) - 1)])
+def test_kafka_coordinates_outside_their_types_are_dead_letters(partition: int,
+                                                                 offset: int) -> None:
+    """A Kafka partition is an int32 and an offset an int64 (the protocol's types)."""
+    record = RawRecord(TOPIC, partition, offset, 1, b'{"id":1}', PLAIN.encode())
+    lines, dead, _, _, _ = _both_records([record])
+    assert not lines and [d[6] for d in dead] == ["decode"]
+
+
+@pytest.mark.parametrize("order", [2**63, -(2**63) - 1])
+def test_transaction_orders_outside_int64_are_dead_letters(order: int) -> None:
+    """``total_order`` and ``data_collection_order`` are INT64 (reference §1.3)."""
+    tx = f',"transaction":{{"id":"1","total_order":{order},"data_collection_order":1}}'
+    lines, dead, _, _, _ = _both_records(records(envelope(extra=tx)))
+    assert not lines and [d[6] for d in dead] == ["envelope", "envelope"]
+
+
+def test_a_malformed_schemaful_value_reads_alike_after_good_ones() -> None:
+    """The schema part of a topic's values is cached; a value whose payload does not read
+    after the cached prefix is read whole, so its outcome does not depend on the values
+    before it (a duplicate ``payload`` member: the last counts, RFC 8259 §4 as above)."""
+    good = schemaful(COLUMNS, ROW)
+    twice = good[:-1] + ',"payload":' + json.dumps(
+        {**json.loads(good)["payload"], "op": "r"}) + "}"
+    alone = _both_records(records(twice)[:1])
+    after_good = _both_records([*records(good)[:1], RawRecord(
+        TOPIC, 0, 1, 1, SCHEMAFUL_KEY, twice.encode())])
+    def without_lineage(lines: bytes) -> list[dict[str, Any]]:
+        return [{k: v for k, v in json.loads(line).items() if k != "lineage"}
+                for line in lines.splitlines()]
+
+    assert without_lineage(alone[0]) == without_lineage(after_good[0])[1:]
+    assert without_lineage(alone[0])[0]["op"] == "read"
+
+
+def test_a_schema_that_lists_a_field_twice_is_a_schema_dead_letter() -> None:
+    """Connect's SchemaBuilder refuses a struct with a field name twice."""
+    columns = [*COLUMNS, _field("int32", "d", logical="io.debezium.time.Date")]
+    lines, dead, _, _, _ = both(schemaful(columns, ROW), SCHEMAFUL_KEY)
+    assert not lines and {d[6] for d in dead} == {"schema"}
+
+
+def test_a_nul_in_a_schema_name_is_only_text() -> None:
+    value = schemaful(COLUMNS, ROW).replace('"srv.db.dbo.t.Value"', '"srv.db.dbo.t\\u0000.Value"')
+    lines, dead, _, _, _ = both(value, SCHEMAFUL_KEY, native_reads=True)
+    assert not dead and len(lines.splitlines()) == 1

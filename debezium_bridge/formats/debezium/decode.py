@@ -8,6 +8,7 @@ translator turns them into dead letters at the record boundary.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -73,10 +74,18 @@ class _SchemaCache:
         self._last: dict[str, tuple[bytes, Any]] = {}
         self._by_prefix: dict[bytes, Any] = {}
 
-    def split(self, topic: str, value: bytes, compile_schema: Any) -> tuple[Any, bytes]:
+    def cached(self, topic: str, value: bytes) -> tuple[Any, bytes] | None:
+        """The compiled schema and the payload text of a value that starts with the topic's
+        last prefix; ``None`` otherwise. The payload text is JSON only if the value is: a
+        value whose payload does not read must be read whole (:meth:`split`), so that its
+        result does not depend on the values before it."""
         last = self._last.get(topic)
         if last is not None and value.startswith(last[0]) and value.endswith(b"}"):
             return last[1], value[len(last[0]):-1]
+        return None
+
+    def split(self, topic: str, value: bytes, compile_schema: Any) -> tuple[Any, bytes]:
+        """The compiled schema and the payload text of a value read whole."""
         try:
             parts = msgspec.json.decode(value, type=_WithSchema)
         except msgspec.DecodeError as exc:
@@ -109,6 +118,8 @@ _any_decoder = msgspec.json.Decoder()
 _JSON_START = frozenset(b'{[" \t\r\n-0123456789tfn')
 _BAD_TEXT = (UnicodeDecodeError, RecursionError)
 """msgspec raises these (not DecodeError) for invalid UTF-8 and absurd nesting."""
+_MALFORMED: tuple[type[Exception], ...] = (DecodeError, msgspec.DecodeError, *_BAD_TEXT)
+"""What reading a payload cut from its value by the schema cache raises when it is no JSON."""
 
 
 def _envelope_row_schema(schema: Any) -> TableSchema | None:
@@ -208,8 +219,15 @@ class Decoder:
             if raw[:1] == b"\x00":
                 return self.avro.decode_key(record, raw, self)
             if raw[:10] == b'{"schema":':
-                rows, payload = self._key_schemas.split(record.topic, raw, self._compile_key_schema)
-                key = _any_decoder.decode(payload)
+                key = rows = None
+                hit = self._key_schemas.cached(record.topic, raw)
+                if hit is not None:  # (if its payload does not read: read whole below)
+                    with contextlib.suppress(*_MALFORMED):
+                        rows, key = hit[0], _any_decoder.decode(hit[1])
+                if rows is None:
+                    rows, payload = self._key_schemas.split(record.topic, raw,
+                                                            self._compile_key_schema)
+                    key = _any_decoder.decode(payload)
             else:
                 key = _any_decoder.decode(raw)
                 if isinstance(key, dict) and "payload" in key and "schema" in key:
@@ -266,6 +284,12 @@ class Decoder:
                 raise DecodeError(
                     f"value is neither JSON nor Confluent Avro (first byte 0x{first:02x})")
             if value.startswith(b'{"schema":'):
+                hit = self._value_schemas.cached(record.topic, value)
+                if hit is not None:
+                    try:
+                        return self._from_payload(record, hit[1], *hit[0])
+                    except _MALFORMED:
+                        pass  # read whole below: the same result whatever came before
                 (rows, columns), payload = self._value_schemas.split(
                     record.topic, value, self._compile_envelope_schema)
                 return self._from_payload(record, payload, rows, columns)

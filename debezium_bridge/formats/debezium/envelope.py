@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from debezium_bridge.errors import EnvelopeError, LsnFormatError
+from debezium_bridge.errors import DecodeError, EnvelopeError, LsnFormatError
 from debezium_bridge.model.change import (
     ChangeEvent,
     PositionRef,
@@ -28,6 +28,7 @@ from debezium_bridge.model.records import RawRecord
 from debezium_bridge.model.schema import TableSchema
 
 _INT64_END = 2**63
+_INT32_END = 2**31
 _TS_MIN, _TS_END = -62135596800000, 253402300800000  # years 1..9999 in epoch milliseconds
 DATA_OPS = frozenset({"c", "u", "d", "r", "t"})
 OLDKEY_HEADER = "__debezium.oldkey"
@@ -114,6 +115,14 @@ def _int_or_none(value: Any, what: str, record: RawRecord) -> int | None:
         raise EnvelopeError(f"{what} is not an integer: {value!r:.40}", record) from exc
 
 
+def _int64_or_none(value: Any, what: str, record: RawRecord) -> int | None:
+    """An INT64 field (``_int_or_none``) within its range."""
+    number = _int_or_none(value, what, record)
+    if number is not None and not -_INT64_END <= number < _INT64_END:
+        raise EnvelopeError(f"{what} out of range: {number}", record)
+    return number
+
+
 def _snapshot_marker(value: str | bool | None) -> str:
     if value is None:
         return "false"
@@ -162,6 +171,10 @@ def build_event(
     column_order: tuple[str, ...] | None = None,
 ) -> ChangeEvent | SideRecord:
     """Validate the envelope and build the event; raises :class:`EnvelopeError`."""
+    if not -_INT32_END <= record.partition < _INT32_END or not (
+            record.offset is None or -_INT64_END <= record.offset < _INT64_END):
+        raise DecodeError(f"Kafka coordinates out of range (a partition is int32, an offset "
+                          f"int64): partition {record.partition}, offset {record.offset}", record)
     op = env.op
     source = env.source
     if op is None:
@@ -257,8 +270,9 @@ def build_event(
         snapshot,  # type: ignore[arg-type]
         None if tx is None else TxRef(
             tx.id,
-            _int_or_none(tx.total_order, "transaction.total_order", record),
-            _int_or_none(tx.data_collection_order, "transaction.data_collection_order", record),
+            _int64_or_none(tx.total_order, "transaction.total_order", record),
+            _int64_or_none(tx.data_collection_order, "transaction.data_collection_order",
+                           record),
         ),
         source_ref,
         column_order,

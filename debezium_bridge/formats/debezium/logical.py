@@ -536,7 +536,7 @@ def _compile_row_function(schema: TableSchema, placeholder: str,
         "    return row, (*text_gone, *binary_gone)",
         "",
     ])
-    exec(compile(source, f"<row decoder {schema.name}>", "exec"), constants)
+    exec(compile(source, f"<row decoder {schema.name!r:.80}>", "exec"), constants)
     return constants["decode"]  # type: ignore[no-any-return]
 
 

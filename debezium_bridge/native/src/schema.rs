@@ -408,8 +408,12 @@ impl Table {
             .and_then(|f| f.as_array())
             .ok_or(Decline)?;
         let mut columns = Vec::with_capacity(fields.len());
+        let mut names = hashbrown::HashSet::with_capacity(fields.len());
         for field in fields.iter() {
             let name = field.get("field").and_then(|v| v.as_str()).ok_or(Decline)?;
+            if !names.insert(name) {
+                return Err(Decline); // a field listed twice: the reference's schema error
+            }
             let type_name = field.get("type").and_then(|v| v.as_str()).ok_or(Decline)?;
             let connect_type = connect_type_from_json(type_name).ok_or(Decline)?;
             let (semantic, params) =
