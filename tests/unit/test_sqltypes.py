@@ -331,13 +331,14 @@ def test_unknown_types_are_schema_errors() -> None:
 
 
 def test_struct_schema_key_order_is_jsonconverters() -> None:
-    schema = connect_struct_schema([col("money"), col("int", nullable=False)], "a.b.Value",
-                                   field="after")
+    money = col("money")
+    number = connect_column(SqlColumn("n", "int", nullable=False), ConnectorModes())
+    schema = connect_struct_schema([money, number], "a.b.Value", field="after")
     assert list(schema) == ["type", "fields", "optional", "name", "field"]
     assert list(schema["fields"][0]) == ["type", "optional", "name", "version", "parameters",
                                          "field"]
     assert list(schema["fields"][1]) == ["type", "optional", "field"]
-    assert table_from_connect(schema).columns == (col("money"), col("int", nullable=False))
+    assert table_from_connect(schema).columns == (money, number)
 
 
 # --------------------------------------------------------------------------- envelopes
