@@ -220,6 +220,20 @@ def test_ces_options_from_flags_file_and_environment(demo_dump, tmp_path, monkey
                  "-o", str(tmp_path / "y")]) == 2
 
 
+def test_numeric_ces_choices_from_flags_and_environment(demo_dump, tmp_path,
+                                                       monkeypatch) -> None:
+    """Flags and environment variables are text; ``{0,1}`` and ``{4,2}`` are number choices."""
+    dump, _ = demo_dump
+    monkeypatch.setenv("DEBEZIUM_BRIDGE_CES__MONEY_SCALE", "2")
+    code, out = convert(tmp_path, "n.jsonl", str(dump), "--to", "ces",
+                        "--ces.segment-index-base", "0")
+    assert code == 0
+    whole = events(out.read_bytes().splitlines(), _options(segment_index_base=0))
+    assert {e["segmentindex"] for e in whole} == {0}
+    assert main(["convert", str(dump), "--to", "ces", "--ces.segment-index-base", "2",
+                 "-o", str(tmp_path / "z")]) == 2
+
+
 def test_debezium_flags_and_value_output(demo_dump, tmp_path) -> None:
     dump, _ = demo_dump
     code, out = convert(tmp_path, "v.jsonl", str(dump), "--to", "debezium", "--output-format",

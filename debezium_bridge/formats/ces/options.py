@@ -9,9 +9,9 @@ means.
 from __future__ import annotations
 
 import uuid
-from typing import Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import model_validator
+from pydantic import BeforeValidator, model_validator
 
 from debezium_bridge.config import Settings
 
@@ -19,6 +19,14 @@ MIN_MESSAGE_KB, MAX_MESSAGE_KB = 128, 1024
 """``@max_message_size_kb`` bounds of ``sys.sp_create_event_stream_group``."""
 
 PartitionKeyScheme = Literal["None", "Table", "Column", "StreamGroup"]
+
+
+def _number_text(value: Any) -> Any:
+    """Flags and environment variables arrive as text: ``"1"`` stands for the number 1 where
+    the choices are numbers (pydantic compares a ``Literal`` choice without converting)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
 
 
 class CesOptions(Settings):
@@ -29,7 +37,7 @@ class CesOptions(Settings):
     max_message_size_kb: int = 256
     """Largest event (whole serialized envelope, UTF-8 bytes) before it is split into segments;
     128 to 1024 like ``@max_message_size_kb`` (default 256)."""
-    segment_index_base: Literal[0, 1] = 1
+    segment_index_base: Annotated[Literal[0, 1], BeforeValidator(_number_text)] = 1
     """Index of the first (or only) segment: 1 as observed in the field (the documentation's
     example shows 0)."""
     datacontenttype: Literal["application/json", "application/avro-json"] = "application/json"
@@ -97,7 +105,7 @@ class CesOptions(Settings):
     """``uniqueidentifier`` upper-case like SQL Server's CAST, or as the record has it."""
     floats: Literal["shortest", "plain"] = "shortest"
     """float/real as the shortest text that round-trips (``1e+16``), or without exponent."""
-    money_scale: Literal[4, 2] = 4
+    money_scale: Annotated[Literal[4, 2], BeforeValidator(_number_text)] = 4
     """money/smallmoney fraction digits: 4 (exact) or 2 (CONVERT style 0, rounded; lossy)."""
     smalldatetime: Literal["seconds", "milliseconds"] = "seconds"
     """smalldatetime as ``yyyy-MM-dd HH:mm:ss`` (style 120) or with ``.000`` (style 121)."""
