@@ -90,12 +90,16 @@ class Pipeline:
         .DumpReader`."""
         core = self.translator._core
 
+        def line_record(line: bytes, number: int) -> RawRecord:
+            """Where a line that is no record stands: the file and its line number."""
+            return RawRecord(topic=f"file:{path}", partition=0, offset=number, value=line)
+
         def line_fallback(line: bytes, number: int) -> list[native.Result]:
             try:
                 raw = record_of_line(line, fmt)
             except ValueError as exc:
-                where = RawRecord(topic=f"file:{path}", partition=0, offset=number, value=line)
-                return [("dead", DeadLetter(where, "read", "DumpLineError", str(exc),
+                return [("dead", DeadLetter(line_record(line, number), "read", "DumpLineError",
+                                            str(exc),
                                             error_module="debezium_bridge.formats.dumps"))]
             return self._declined(raw)
 
@@ -103,7 +107,7 @@ class Pipeline:
             try:
                 raw = record_of_line(line, fmt)
             except ValueError:  # the native reader read what the Python one does not
-                raw = RawRecord(topic=f"file:{path}", partition=0, offset=number, value=line)
+                raw = line_record(line, number)
             return native.mismatch_letter(raw, message)
 
         try:

@@ -146,8 +146,7 @@ _PRESSURE_LOG_EVERY = 10_000
 
 def _identity_bytes(e: ChangeEvent, seq: str) -> bytes:
     ident = f"{e.table_id or e.table.table_id}\x00{seq}\x00{e.op}\x00".encode() + e.key_id
-    if e.op == "r" and e.key_id == b"{}":
-        # a keyless table's snapshot rows share all that: their Kafka coordinates differ
+    if e.is_keyless_read:  # such rows share all that: their Kafka coordinates differ
         r = e.record
         offset = -1 if r.offset is None else r.offset
         ident += f"\x00{r.topic}\x00{r.partition}\x00{offset}".encode()
@@ -542,10 +541,7 @@ class Translator:
         # those are tracked there.
         # The image memory is keyed by the hash of the identity: a collision could at worst
         # turn an identical replay into a dead letter, never drop an event.
-        # A row of a keyless table read in a snapshot (initial or incremental) has no identity:
-        # such rows share their position and their (empty) key, and a keyless table may hold
-        # the same row twice; none is taken for a replay of another.
-        keyless_read = op == "r" and key_id == b"{}"
+        keyless_read = event.is_keyless_read  # no identity: never a replay
         tracked: tuple[Any, ...] | None = None
         table_id = event.table_id or event.table.table_id
         if op == "r" and event.snapshot != "incremental":

@@ -75,12 +75,6 @@ def group_key(event: ChangeEvent) -> GroupKey:
     return (table_id, commit, event.sort_key[1])
 
 
-def _keyless_read(event: ChangeEvent) -> bool:
-    """A keyless table's row read in a snapshot: it has no identity, so it is never a replay
-    of another (``Translator._accept``)."""
-    return event.op == "r" and event.key_id == b"{}"
-
-
 def _streamed(event: ChangeEvent) -> bool:
     """Whether ``event`` is ordered in its partition (everything but initial snapshot rows)."""
     return event.op != "r" or event.snapshot == "incremental"
@@ -295,7 +289,7 @@ class WindowState:
             op = event.op  # a replay repeats serial, op and key inside its position group
             identity = encode((event.sort_key[2], op, event.key_id))
             seen = group.seen
-            keyless_read = _keyless_read(event)
+            keyless_read = event.is_keyless_read
             index = None if keyless_read else self._seen_at(key, seen, identity)
             if index is not None:  # a replay while its group waits: its image must be the same
                 digests = group.digests
@@ -334,7 +328,7 @@ class WindowState:
         sort_key = event.sort_key
         if sort_key < mark.position:
             return True
-        if sort_key != mark.position or _keyless_read(event):
+        if sort_key != mark.position or event.is_keyless_read:
             return False
         at: Collection[bytes] = mark.at_position
         if len(at) > 8:

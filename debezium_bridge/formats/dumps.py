@@ -24,12 +24,12 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Annotated, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.model.records import Header, KafkaRecord, RawRecord
+from debezium_bridge.model.records import Header, Int64, KafkaRecord, Partition, RawRecord
 
 __all__ = [
     "DumpFormat",
@@ -73,12 +73,6 @@ class DumpLineError(msgspec.Struct, frozen=True, gc=False):
     raw: bytes
     """The line without its line terminator."""
     message: str
-
-
-Partition = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-"""A Kafka partition: int32."""
-Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-"""A Kafka offset or timestamp: int64."""
 
 
 class _LosslessLine(msgspec.Struct, kw_only=True, gc=False):

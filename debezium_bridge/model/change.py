@@ -143,6 +143,13 @@ class ChangeEvent(msgspec.Struct, gc=False):
         return self.op == "r"
 
     @property
+    def is_keyless_read(self) -> bool:
+        """A keyless table's row read in a snapshot (initial or incremental): such rows share
+        their position and their empty key, and the table may hold the same row twice, so it
+        has no identity and is never a replay of another (docs/concepts.md, duplicates)."""
+        return self.op == "r" and self.key_id == b"{}"
+
+    @property
     def identity(self) -> tuple[Any, ...]:
         """What makes a replayed event a duplicate of this one (docs/concepts.md, duplicates)."""
         if self.op == "r" and self.snapshot != "incremental":

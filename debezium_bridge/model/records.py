@@ -7,7 +7,7 @@ dump file) to :class:`KafkaRecord`; the translation core never imports a Kafka c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Annotated, Protocol
 
 import msgspec
 
@@ -34,6 +34,19 @@ class KafkaRecord(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[Header]: ...
+
+
+Partition = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+"""A Kafka partition: int32 (the protocol's type)."""
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+"""A Kafka offset or timestamp: int64."""
+
+
+def fits_kafka_types(record: RawRecord) -> bool:
+    """Whether the record's partition is an int32 and its offset an int64, as Kafka's are (a
+    record built by hand or read from a file may hold others)."""
+    offset = record.offset
+    return -(2**31) <= record.partition < 2**31 and (offset is None or -(2**63) <= offset < 2**63)
 
 
 class RawRecord(msgspec.Struct, frozen=True, gc=False):

@@ -112,13 +112,14 @@ from debezium_bridge.output import (
     OutputRecord,
     OutputSettings,
 )
+from debezium_bridge.spark.source import KAFKA_HEADERS
 from debezium_bridge.spark.workers import leave_sigint_to_the_driver
 
 OUTPUT_COLUMNS = (
     ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),
     ("op", "string"), ("seq", "string"), ("commit_ts", "string"), ("topic", "string"),
     ("key", "binary"), ("value", "binary"),
-    ("headers", "array<struct<key: string, value: binary>>"),
+    ("headers", KAFKA_HEADERS),
     ("source_topic", "string"), ("source_partition", "int"), ("source_offset", "long"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_COLUMNS)
@@ -1063,7 +1064,7 @@ def with_kafka_columns(df: Any) -> Any:
                           f"{', '.join(missing)} (has: {', '.join(df.columns)})")
     if "headers" in df.columns:
         return df
-    return df.withColumn("headers", F.lit(None).cast(dict(OUTPUT_COLUMNS)["headers"]))
+    return df.withColumn("headers", F.lit(None).cast(KAFKA_HEADERS))
 
 
 def output_rows(released: Any) -> Any:

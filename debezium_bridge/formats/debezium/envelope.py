@@ -24,11 +24,10 @@ from debezium_bridge.model.change import (
     TxRef,
 )
 from debezium_bridge.model.lsn import normalize_lsn
-from debezium_bridge.model.records import RawRecord
+from debezium_bridge.model.records import RawRecord, fits_kafka_types
 from debezium_bridge.model.schema import TableSchema
 
 _INT64_END = 2**63
-_INT32_END = 2**31
 _TS_MIN, _TS_END = -62135596800000, 253402300800000  # years 1..9999 in epoch milliseconds
 DATA_OPS = frozenset({"c", "u", "d", "r", "t"})
 OLDKEY_HEADER = "__debezium.oldkey"
@@ -171,8 +170,7 @@ def build_event(
     column_order: tuple[str, ...] | None = None,
 ) -> ChangeEvent | SideRecord:
     """Validate the envelope and build the event; raises :class:`EnvelopeError`."""
-    if not -_INT32_END <= record.partition < _INT32_END or not (
-            record.offset is None or -_INT64_END <= record.offset < _INT64_END):
+    if not fits_kafka_types(record):
         raise DecodeError(f"Kafka coordinates out of range (a partition is int32, an offset "
                           f"int64): partition {record.partition}, offset {record.offset}", record)
     op = env.op
