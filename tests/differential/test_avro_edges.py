@@ -30,7 +30,7 @@ from debezium_bridge.core import native as native_core
 from debezium_bridge.formats.debezium.avro import strip_logical_types
 from debezium_bridge.model.records import RawRecord
 from tests.differential.streams import Stream
-from tests.differential.test_cores import _run
+from tests.differential.test_cores import run_both
 
 TOPIC = "server1.testDB.dbo.t"
 SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.sqlserver",
@@ -64,6 +64,9 @@ def envelope(name: str, defined: list[Any], image: str, **namespace: Any) -> dic
 
 
 RIGHT = row("Value", DECIMAL)
+ROW_ENVELOPE = envelope("Envelope", [], "Value", namespace=TOPIC)
+ROW_ENVELOPE["fields"][0]["type"] = ["null", RIGHT]
+"""An envelope whose rows are ``RIGHT`` (in the envelope's namespace)."""
 CASES = {
     # a bare name in the envelope's namespace, whichever "Value" comes last
     "bare name, other namespace after": envelope(
@@ -114,9 +117,7 @@ def test_type_names_resolve_as_the_avro_specification_says(case: str) -> None:
     value = confluent(1, schema, {**{f["name"]: None for f in schema["fields"][:-5]}, **datum})
     records = [RawRecord(TOPIC, 0, 0, None, confluent(2, KEY, {"id": 1}), value)]
     stream = Stream(records, [(TOPIC, 0)], {1: schema, 2: KEY}, "bytes")
-    python = _run(stream, "off", {}, 1, expect=False)
-    native = _run(stream, "on", {}, 1, expect=False)
-    assert native[:4] == python[:4]
+    python, native = run_both(stream)
     assert native[4] == 0, "the native core declined the record"
     assert not python[1]
     assert json.loads(python[0])["after"] == {"id": 1, "amount": "123.45"}
@@ -148,9 +149,7 @@ def test_changed_columns_are_those_written_differently() -> None:
                                       "op": "u", "ts_ms": 1})
         records.append(RawRecord(TOPIC, 0, offset, None, confluent(2, KEY, {"id": 1}), value))
     stream = Stream(records, [(TOPIC, 0)], {1: FLOATS, 2: KEY}, "bytes")
-    python = _run(stream, "off", {}, 1, expect=False)
-    native = _run(stream, "on", {}, 1, expect=False)
-    assert native[:4] == python[:4]
+    python = run_both(stream)[0]
     lines = [json.loads(line) for line in python[0].splitlines()]
     assert len(lines) == len(UPDATES) and not python[1]
     for line in lines:
@@ -172,8 +171,7 @@ def test_avro_json_keys_are_converted_as_their_rows() -> None:
     on both cores.)"""
     key_schema = {"type": "record", "name": "Key", "namespace": TOPIC, "fields": [
         {"name": "id", "type": "int"}, {"name": "amount", "type": DECIMAL}]}
-    schema = envelope("Envelope", [], "Value", namespace=TOPIC)
-    schema["fields"][0]["type"] = ["null", RIGHT]
+    schema = ROW_ENVELOPE
     amount = (12345).to_bytes(2, "big", signed=True)
     after = {"id": 1, "amount": amount}
     value = avro_json(schema, {"before": None, "after": after, "source": SOURCE_VALUES,
@@ -182,9 +180,7 @@ def test_avro_json_keys_are_converted_as_their_rows() -> None:
     records = [RawRecord(TOPIC, 0, 0, None, key, value)]
     subjects = {f"{TOPIC}-value": schema, f"{TOPIC}-key": key_schema}
     stream = Stream(records, [(TOPIC, 0)], subjects, "bytes")  # type: ignore[arg-type]
-    python = _run(stream, "off", {}, 1, expect=False)
-    native = _run(stream, "on", {}, 1, expect=False)
-    assert native[:4] == python[:4]
+    python = run_both(stream)[0]
     record = json.loads(python[0])
     assert record["key"] == record["after"] == {"id": 1, "amount": "123.45"}
 
@@ -218,19 +214,13 @@ def test_avro_cloudevents_are_read_as_their_json_form_is() -> None:
     records = [RawRecord(TOPIC, 0, 0, None, confluent(2, KEY, {"id": 1}),
                          confluent(1, schema, datum))]
     stream = Stream(records, [(TOPIC, 0)], {1: schema, 2: KEY}, "bytes")
-    python = _run(stream, "off", {}, 1, expect=False)
-    native = _run(stream, "on", {}, 1, expect=False)
-    assert native[:4] == python[:4]
+    python = run_both(stream)[0]
     assert not python[1]
     record = json.loads(python[0])
     assert (record["op"], record["key"], record["after"]) == (
         "insert", {"id": 1}, {"id": 1, "amount": "123.45"})
     assert record["position"] == {"commit_lsn": src["commit_lsn"],
                                   "change_lsn": src["change_lsn"], "event_serial_no": 1}
-
-
-ROW_ENVELOPE = envelope("Envelope", [], "Value", namespace=TOPIC)
-ROW_ENVELOPE["fields"][0]["type"] = ["null", dict(RIGHT, namespace=TOPIC)]
 
 
 @pytest.mark.parametrize("headers", ["json", "avro"])
@@ -262,9 +252,8 @@ def test_avro_key_changes_are_paired_by_their_headers(headers: str) -> None:
                   (("__debezium.oldkey", header(1)),)),
     ]
     stream = Stream(records, [(TOPIC, 0), (TOPIC, 1)], {1: ROW_ENVELOPE, 2: KEY}, "bytes")
-    python = _run(stream, "off", {}, 1000, expect=True)
-    native = _run(stream, "on", {}, 1000, expect=True)
-    assert native == python
+    python, native = run_both(stream, batch=1000, expect=True)
+    assert native[4] == 0, "the native core declined records"
     pairs = sorted((r["old_key"]["id"], r["key"]["id"])
                    for r in map(json.loads, python[0].splitlines()) if r["op"] == "update")
     assert pairs == [(1, 3), (2, 4)]

@@ -75,7 +75,7 @@ def _avro_changes(stream: Stream) -> int:
 
 
 def _run(stream: Stream, core: str, config: dict[str, Any], batch: int,
-         expect: bool) -> tuple[bytes, list[tuple[Any, ...]], dict[str, Any], dict[str, int], int]:
+         expect: bool) -> Result:
     decoder = _decoder(stream)
     translator = Translator(TranslatorConfig(native=core, **config), decoder)
     assert translator.is_native == (core == "on")
@@ -116,6 +116,23 @@ def _keys_match_images(lines: bytes) -> None:
         image = record["after"] or record["before"]
         if record["key"] and image:
             assert record["key"] == {name: image[name] for name in record["key"]}, line
+
+
+Result = tuple[bytes, list[tuple[Any, ...]], dict[str, Any], dict[str, int], int]
+"""``_run``'s: canonical lines, dead letters, counters, state sizes, records declined."""
+
+
+def run_both(stream: Stream, *, batch: int = 1, expect: bool = False
+             ) -> tuple[Result, Result]:
+    """The Python and the native core's results on ``stream``, which must agree on the lines,
+    dead letters, counters and state sizes."""
+    python = _run(stream, "off", {}, batch, expect)
+    native = _run(stream, "on", {}, batch, expect)
+    assert native[2] == python[2], "counters differ"
+    assert native[1] == python[1], "dead letters differ"
+    assert native[0] == python[0], "canonical lines differ"
+    assert native[3] == python[3], "state sizes differ"
+    return python, native
 
 
 def _compare(stream: Stream, config: dict[str, Any], batch: int, expect: bool) -> None:

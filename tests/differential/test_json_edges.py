@@ -36,7 +36,7 @@ from debezium_bridge.formats.canonical import to_json
 from debezium_bridge.formats.debezium.decode import DecodeOptions, Decoder, table_schema_of
 from debezium_bridge.model.records import RawRecord
 from tests.differential.streams import Stream
-from tests.differential.test_cores import _run
+from tests.differential.test_cores import run_both
 
 TOPIC = "srv.db.dbo.t"
 SOURCE = ('{"version":"2.7.0.Final","connector":"sqlserver","name":"srv","ts_ms":1700000000067,'
@@ -177,12 +177,7 @@ def both(value: str, key: bytes | None = b'{"id":1}', *, native_reads: bool = Fa
     """Both cores' results; they must agree. ``native_reads``: the native core reads both
     records itself (declines none to the Python decoder)."""
     stream = Stream(records(value, key), [(TOPIC, 0)], {}, binary_mode)
-    python = _run(stream, "off", {}, 2, expect=False)
-    native = _run(stream, "on", {}, 2, expect=False)
-    assert native[2] == python[2], "counters differ"
-    assert native[1] == python[1], "dead letters differ"
-    assert native[0] == python[0], "canonical lines differ"
-    assert native[3] == python[3], "state sizes differ"
+    python, native = run_both(stream, batch=2)
     assert not native_reads or native[4] == 0, "the native core declined the records"
     return python
 
@@ -445,10 +440,7 @@ def test_isostring_times_have_the_propagated_scale(text: str) -> None:
 # Found by a mutation campaign over generated streams (each case on both cores).
 def _both_records(records: list[RawRecord]) -> tuple[Any, ...]:
     stream = Stream(records, sorted({(r.topic, r.partition) for r in records}), {}, "bytes")
-    python = _run(stream, "off", {}, 1, expect=False)
-    native = _run(stream, "on", {}, 1, expect=False)
-    assert native[:4] == python[:4]
-    return python
+    return run_both(stream)[0]
 
 
 @pytest.mark.parametrize(("partition", "offset"), [
