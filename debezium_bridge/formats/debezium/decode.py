@@ -8,9 +8,8 @@ translator turns them into dead letters at the record boundary.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -61,6 +60,9 @@ class _WithSchema(msgspec.Struct, gc=False):
     payload: msgspec.Raw = _RAW_NULL
 
 
+_T = TypeVar("_T")
+
+
 class _SchemaCache:
     """Schema-ful JsonConverter values: the schema part is parsed once per table version.
 
@@ -74,17 +76,21 @@ class _SchemaCache:
         self._last: dict[str, tuple[bytes, Any]] = {}
         self._by_prefix: dict[bytes, Any] = {}
 
-    def cached(self, topic: str, value: bytes) -> tuple[Any, bytes] | None:
-        """The compiled schema and the payload text of a value that starts with the topic's
-        last prefix; ``None`` otherwise. The payload text is JSON only if the value is: a
-        value whose payload does not read must be read whole (:meth:`split`), so that its
-        result does not depend on the values before it."""
+    def read(self, topic: str, value: bytes, compile_schema: Any,
+             read_payload: Callable[[Any, bytes], _T]) -> _T:
+        """``read_payload(compiled schema, payload text)`` of a value. The payload of a value
+        that starts with the topic's last prefix is cut from it unparsed; if that text does
+        not read (it is JSON only if the whole value is), the value is read whole, so that
+        the result does not depend on the values before it."""
         last = self._last.get(topic)
         if last is not None and value.startswith(last[0]) and value.endswith(b"}"):
-            return last[1], value[len(last[0]):-1]
-        return None
+            try:
+                return read_payload(last[1], value[len(last[0]):-1])
+            except _MALFORMED:
+                pass
+        return read_payload(*self._split(topic, value, compile_schema))
 
-    def split(self, topic: str, value: bytes, compile_schema: Any) -> tuple[Any, bytes]:
+    def _split(self, topic: str, value: bytes, compile_schema: Any) -> tuple[Any, bytes]:
         """The compiled schema and the payload text of a value read whole."""
         try:
             parts = msgspec.json.decode(value, type=_WithSchema)
@@ -219,15 +225,9 @@ class Decoder:
             if raw[:1] == b"\x00":
                 return self.avro.decode_key(record, raw, self)
             if raw[:10] == b'{"schema":':
-                key = rows = None
-                hit = self._key_schemas.cached(record.topic, raw)
-                if hit is not None:  # (if its payload does not read: read whole below)
-                    with contextlib.suppress(*_MALFORMED):
-                        rows, key = hit[0], _any_decoder.decode(hit[1])
-                if rows is None:
-                    rows, payload = self._key_schemas.split(record.topic, raw,
-                                                            self._compile_key_schema)
-                    key = _any_decoder.decode(payload)
+                rows, key = self._key_schemas.read(
+                    record.topic, raw, self._compile_key_schema,
+                    lambda rows, payload: (rows, _any_decoder.decode(payload)))
             else:
                 key = _any_decoder.decode(raw)
                 if isinstance(key, dict) and "payload" in key and "schema" in key:
@@ -284,15 +284,9 @@ class Decoder:
                 raise DecodeError(
                     f"value is neither JSON nor Confluent Avro (first byte 0x{first:02x})")
             if value.startswith(b'{"schema":'):
-                hit = self._value_schemas.cached(record.topic, value)
-                if hit is not None:
-                    try:
-                        return self._from_payload(record, hit[1], *hit[0])
-                    except _MALFORMED:
-                        pass  # read whole below: the same result whatever came before
-                (rows, columns), payload = self._value_schemas.split(
-                    record.topic, value, self._compile_envelope_schema)
-                return self._from_payload(record, payload, rows, columns)
+                return self._value_schemas.read(
+                    record.topic, value, self._compile_envelope_schema,
+                    lambda compiled, payload: self._from_payload(record, payload, *compiled))
             return self._from_json(record, value)
         except RecordError as exc:
             if exc.record is None:
