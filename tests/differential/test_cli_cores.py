@@ -69,11 +69,19 @@ def test_cli_on_both_cores(monkeypatch: pytest.MonkeyPatch,
     stream = generate(seed, encoding="json-schema" if seed % 2 else "json", n_changes=n)
     dump = tmp / f"dump.{fmt}.jsonl"
     _write(stream.records, dump, fmt, BAD_LINES if seed % 3 == 0 else [])
-    python = _convert(monkeypatch, tmp, dump, "0", options)
-    native = _convert(monkeypatch, tmp, dump, "1", options)
+    _convert_both(monkeypatch, tmp, dump, options)
+
+
+def _convert_both(monkeypatch: pytest.MonkeyPatch, tmp: Path, dump: Path,
+                  extra: list[str]) -> tuple[bytes, bytes, dict[str, object]]:
+    """The Python core's ``convert`` of ``dump``, after checking that the native core gives
+    the same output, dead letters and counters."""
+    python = _convert(monkeypatch, tmp, dump, "0", extra)
+    native = _convert(monkeypatch, tmp, dump, "1", extra)
     assert native[2] == python[2]
     assert _dead(native[1]) == _dead(python[1])
     assert native[0] == python[0]
+    return python
 
 
 _HASHES = re.compile(rb"\(image hash [0-9a-f]+, original [0-9a-f]+\)")
@@ -93,7 +101,7 @@ def _dead(dlq: bytes) -> list[object]:
     return out
 
 
-def _variant(line: bytes, fmt: str, **members: object) -> bytes:
+def _variant(line: bytes, **members: object) -> bytes:
     """A dump line with members replaced or added (JSON text given as ``bytes``: as is)."""
     doc = json.loads(line)
     raw = {k: v for k, v in members.items() if isinstance(v, bytes)}
@@ -128,15 +136,11 @@ def test_odd_dump_lines_on_both_cores(monkeypatch: pytest.MonkeyPatch, tmp_path:
     _write(stream.records, good, fmt, [])
     lines = good.read_bytes().splitlines()
     members, dead = ODD_LINES[case]
-    odd = _variant(lines[0], fmt, **members)
+    odd = _variant(lines[0], **members)
     # the odd line, then the same record again as a replay (or a mismatch, if read)
     dump = tmp_path / "dump.jsonl"
     dump.write_bytes(b"\n".join([odd, *lines]) + b"\n")
-    python = _convert(monkeypatch, tmp_path, dump, "0", [])
-    native = _convert(monkeypatch, tmp_path, dump, "1", [])
-    assert native[2] == python[2]
-    assert _dead(native[1]) == _dead(python[1])
-    assert native[0] == python[0]
+    python = _convert_both(monkeypatch, tmp_path, dump, [])
     stages = [dict((n, base64.b64decode(v)) for n, v in json.loads(d)["headers"])
               .get("__connect.errors.stage") for d in python[1].splitlines()]
     assert stages.count(b"read") == dead
@@ -151,10 +155,8 @@ def test_a_bad_line_is_the_same_dead_letter_whatever_its_ending(
     _write(stream.records, good, fmt, [])
     dump = tmp_path / "dump.jsonl"
     dump.write_bytes(good.read_bytes() + b'{"topic":"t","partition":' + ending)
-    results = [_convert(monkeypatch, tmp_path, dump, core, []) for core in ("0", "1")]
-    assert results[0][2] == results[1][2]
-    assert _dead(results[0][1]) == _dead(results[1][1])
-    (letter,) = [d for d in map(json.loads, results[0][1].splitlines())
+    python = _convert_both(monkeypatch, tmp_path, dump, [])
+    (letter,) = [d for d in map(json.loads, python[1].splitlines())
                  if ["__connect.errors.stage", base64.b64encode(b"read").decode()]
                  in d["headers"]]
     assert base64.b64decode(letter["value_b64"]) == b'{"topic":"t","partition":'
