@@ -181,10 +181,20 @@ def _kcat_headers(headers: _KcatHeaders) -> tuple[Header, ...]:
     return tuple(out)
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _kcat_record(line: bytes) -> RawRecord:
     try:
         k = _KCAT_DECODER.decode(line)
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, msgspec.DecodeError):  # msgspec 0.23 raises the latter
+        if _is_utf8(line):
+            raise
         # kcat does not validate UTF-8: binary keys/values land in the line as raw bytes.
         k = msgspec.convert(json.loads(line.decode("utf-8", "surrogateescape")), _KcatLine)
     if k.key_error is not None:

@@ -49,11 +49,9 @@ from debezium_bridge.errors import BridgeError, ConfigError, ServiceError
 from debezium_bridge.spark.workers import leave_sigint_to_the_driver
 
 SOURCE_NAME = "debezium_bridge_kafka"
-KAFKA_HEADERS = "array<struct<key: string, value: binary>>"
-"""The type of the Kafka source's ``headers`` column."""
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    f"timestampType int, headers {KAFKA_HEADERS}"
+    "timestampType int, headers array<struct<key: string, value: binary>>"
 )
 EARLIEST, LATEST = -2, -1
 Offsets = dict[str, dict[str, int]]

@@ -112,9 +112,10 @@ from debezium_bridge.output import (
     OutputRecord,
     OutputSettings,
 )
-from debezium_bridge.spark.source import KAFKA_HEADERS
 from debezium_bridge.spark.workers import leave_sigint_to_the_driver
 
+KAFKA_HEADERS = "array<struct<key: string, value: binary>>"
+"""The type of the Kafka source's ``headers`` column (``spark.source.KAFKA_SCHEMA``)."""
 OUTPUT_COLUMNS = (
     ("kind", "string"), ("format", "string"), ("event_id", "string"), ("table", "string"),
     ("op", "string"), ("seq", "string"), ("commit_ts", "string"), ("topic", "string"),
