@@ -257,3 +257,26 @@ def test_avro_key_changes_are_paired_by_their_headers(headers: str) -> None:
     pairs = sorted((r["old_key"]["id"], r["key"]["id"])
                    for r in map(json.loads, python[0].splitlines()) if r["op"] == "update")
     assert pairs == [(1, 3), (2, 4)]
+
+
+def test_avro_string_mode_decimals_are_plain() -> None:
+    """``decimal.handling.mode=string`` through the AvroConverter: a string column with the
+    propagated source type, E-notation from connectors before 1.9 (``BigDecimal.toString()``;
+    DBZ-4730) written as the plain decimal of the same digits and scale (Javadoc examples
+    [123, 10] -> ``1.23E-8``, [0, 10] -> ``0E-10``)."""
+    dec = {"type": "string", "connect.parameters": {
+        "__debezium.source.column.type": "NUMERIC", "__debezium.source.column.scale": "12"}}
+    schema = envelope("Envelope", [row("Value", ["null", dec])], "Value", namespace=TOPIC)
+    texts = {"1.23E-8": "0.0000000123", "0E-10": "0.0000000000", "42.000000000000": None}
+    records = []
+    for offset, text in enumerate(texts):
+        source = {**SOURCE_VALUES, "change_lsn": f"00000027:00000758:{offset + 3:04x}",
+                  "commit_lsn": f"00000027:00000758:{offset + 3:04x}"}
+        value = confluent(1, schema, {"before": None, "after": {"id": offset, "amount": text},
+                                      "source": source, "op": "c", "ts_ms": 1})
+        records.append(RawRecord(TOPIC, 0, offset, None, confluent(2, KEY, {"id": offset}),
+                                 value))
+    python, native = run_both(Stream(records, [(TOPIC, 0)], {1: schema, 2: KEY}, "bytes"))
+    assert native[4] == 0, "the native core declined the records"
+    amounts = [json.loads(line)["after"]["amount"] for line in python[0].splitlines()]
+    assert not python[1] and amounts == [want or text for text, want in texts.items()]

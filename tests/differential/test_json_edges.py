@@ -344,6 +344,47 @@ def test_hex_binary_columns_take_hex_digits_only(text: str) -> None:
         assert not dead and json.loads(lines.splitlines()[0])["after"]["bin"] == want
 
 
+# decimal.handling.mode=string: a decimal is a string column; with the source type propagated
+# the cores know it is one. Connectors before 1.9 wrote BigDecimal.toString(), E-notation for
+# small magnitudes (DBZ-4730 moved to toPlainString()). The cases are BigDecimal.toString's
+# own examples from its Javadoc, [unscaled value, scale] -> text; the canonical value is the
+# plain decimal with that scale (docs/canonical.md: "exact strings with their scale").
+def _plain(unscaled: int, scale: int) -> str:
+    digits = str(abs(unscaled)).rjust(scale + 1, "0")
+    return ("-" if unscaled < 0 else "") + (f"{digits[:-scale]}.{digits[-scale:]}" if scale
+                                            else digits)
+
+
+STRING_DECIMAL_TEXTS = {"123": _plain(123, 0), "-123": _plain(-123, 0), "12.3": _plain(123, 1),
+                        "0.00123": _plain(123, 5), "1.23E-8": _plain(123, 10),
+                        "-1.23E-10": _plain(-123, 12), "0E-10": _plain(0, 10),
+                        "1.2345E-7": _plain(12345, 11), "1.23E+3": "1230", "1.23E+5": "123000",
+                        "abc": None, "1.": None, ".5": None, "1E": None, "NaN": None,
+                        "1E+9999": None, "\u0661": None}
+STRING_DECIMAL_COLUMNS = [_field("int32", "id", optional=False), _field(
+    "string", "dec", parameters={"__debezium.source.column.type": "DECIMAL",
+                                 "__debezium.source.column.length": "38",
+                                 "__debezium.source.column.scale": "12"})]
+
+
+@pytest.mark.parametrize("text", sorted(STRING_DECIMAL_TEXTS))
+def test_string_mode_decimals_are_plain(text: str) -> None:
+    row = json.loads(f'{{"id":1,"dec":"{text}"}}')
+    want = STRING_DECIMAL_TEXTS[text]
+    lines, dead, _, _, _ = both(schemaful(STRING_DECIMAL_COLUMNS, row), SCHEMAFUL_KEY,
+                                native_reads=want is not None)
+    if want is None:
+        assert len(dead) == 2 and not lines
+    else:
+        assert not dead and json.loads(lines.splitlines()[0])["after"]["dec"] == want
+
+
+def test_string_columns_without_a_propagated_type_are_text() -> None:
+    columns = [_field("int32", "id", optional=False), _field("string", "dec")]
+    lines, dead, _, _, _ = both(schemaful(columns, {"id": 1, "dec": "0E-10"}), SCHEMAFUL_KEY)
+    assert not dead and json.loads(lines.splitlines()[0])["after"]["dec"] == "0E-10"
+
+
 # A key without a schema of its own (key.converter.schemas.enable=false, or schema-less JSON
 # with a table schema file) holds the row's key columns: it is converted as the row is, so a
 # record's key equals its row's key columns, as with a schema-ful key.

@@ -190,6 +190,30 @@ def _variable_decimal(value: Any) -> str:
     return format_unscaled(unscaled, scale)
 
 
+_DECIMAL_TEXT_PARTS = re.compile(r"(-?)([0-9]+)(?:\.([0-9]+))?(?:[Ee]([+-]?[0-9]{1,3}))?").fullmatch
+
+
+def _decimal_text(value: Any) -> Any:
+    """A decimal of ``decimal.handling.mode=string`` (source type propagated) as a plain text:
+    connectors before 1.9 wrote ``BigDecimal.toString()``, which uses E-notation for small
+    magnitudes (``0E-10``, ``1.2345E-7``; DBZ-4730 moved to ``toPlainString()``). The same
+    digits and scale; plain texts pass as sent; text that is no decimal is refused."""
+    if value.__class__ is not str:
+        return value
+    parts = _DECIMAL_TEXT_PARTS(value)
+    if parts is None:
+        raise ValueConversionError(f"{value!r:.40} is not a decimal")
+    sign, whole, fraction, exponent = parts.groups()
+    if exponent is None:
+        return value
+    coefficient = (whole + (fraction or "")).lstrip("0")
+    scale = len(fraction or "") - int(exponent)
+    if len(coefficient) > MAX_DECIMAL_PRECISION or abs(scale) > MAX_DECIMAL_PRECISION:
+        raise ValueConversionError(f"decimal {value!r:.40} exceeds precision "
+                                   f"{MAX_DECIMAL_PRECISION}")
+    return format_unscaled(int(sign + (coefficient or "0")), scale)
+
+
 def _fraction_formatter(unit: int, digits: int) -> Callable[[int], str]:
     """``.fff`` for ``sub`` units of ``1/unit`` s, with ``digits`` digits (more if needed)."""
     full = len(str(unit)) - 1
@@ -378,6 +402,8 @@ def converter_for(column: Column, binary_mode: BinaryHandlingMode = "bytes") -> 
     source_type = column.source_type
     if column.connect_type == "string" and source_type in _BINARY_SOURCE_TYPES:
         return _binary_text_converter(binary_mode)
+    if column.connect_type == "string" and source_type in _DECIMAL_SOURCE_TYPES:
+        return _decimal_text
     if column.connect_type in _FLOAT64_NAMES and source_type in _DECIMAL_SOURCE_TYPES:
         # decimal.handling.mode=double with propagated source type: render at the column scale
         scale = _source_scale(column, MAX_DECIMAL_PRECISION)

@@ -117,6 +117,8 @@ pub enum Conv {
     Float32,
     BinaryHex,
     BinaryUrlSafe,
+    /// A `decimal.handling.mode=string` decimal (source type propagated), E-notation made plain.
+    DecimalText,
     DoubleScale(u32),
     /// A conversion the native path leaves to the reference (every non-null value declines).
     Decline,
@@ -317,6 +319,14 @@ pub fn column(
                 BinaryMode::Base64UrlSafe => Conv::BinaryUrlSafe,
                 _ => Conv::None,
             }
+        }
+        _ if connect_type == "string"
+            && matches!(
+                source_type.as_deref(),
+                Some("DECIMAL" | "NUMERIC" | "MONEY" | "SMALLMONEY")
+            ) =>
+        {
+            Conv::DecimalText
         }
         _ if connect_type == "float64"
             && matches!(
@@ -622,6 +632,13 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
                 .map_err(|_| Decline)?;
             jsonw::write_base64(out, &bytes);
         }
+        Conv::DecimalText => {
+            let text = text(&v)?;
+            match plain_decimal(text.as_bytes()).ok_or(Decline)? {
+                None => jsonw::write_str(out, text),
+                Some(plain) => jsonw::write_str(out, &plain),
+            }
+        }
         Conv::DoubleScale(scale) => {
             let f = match v.number().ok_or(Decline)? {
                 Num::Float(f) => f,
@@ -634,6 +651,74 @@ pub fn convert(col: &Column, v: Scalar<'_>, opts: &Options, out: &mut Vec<u8>) -
         }
     }
     Ok(false)
+}
+
+/// A decimal text as the reference's `_decimal_text` reads it: `Some(None)` for a plain
+/// decimal (written as sent), `Some(Some(plain))` for E-notation (`BigDecimal.toString()` of
+/// connectors before 1.9: the same digits and scale, plain), `None` for anything else (declined:
+/// the reference refuses it).
+fn plain_decimal(text: &[u8]) -> Option<Option<String>> {
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    let (negative, body) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match body.iter().position(|&b| b == b'E' || b == b'e') {
+        Some(at) => (&body[..at], Some(&body[at + 1..])),
+        None => (body, None),
+    };
+    let (whole, fraction) = match mantissa.iter().position(|&b| b == b'.') {
+        Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
+        None => (mantissa, &b""[..]),
+    };
+    if !digits(whole) || !(fraction.is_empty() || digits(fraction)) || mantissa.ends_with(b".") {
+        return None;
+    }
+    let Some(exponent) = exponent else {
+        return Some(None);
+    };
+    let exponent_digits = exponent
+        .strip_prefix(b"+")
+        .or_else(|| exponent.strip_prefix(b"-"));
+    let unsigned = exponent_digits.unwrap_or(exponent);
+    if !digits(unsigned) || unsigned.len() > 3 {
+        return None;
+    }
+    let magnitude: i64 = std::str::from_utf8(unsigned).ok()?.parse().ok()?;
+    let exponent = if exponent.first() == Some(&b'-') {
+        -magnitude
+    } else {
+        magnitude
+    };
+    let mut coefficient: Vec<u8> = whole.iter().chain(fraction).copied().collect();
+    let leading = coefficient.iter().take_while(|&&d| d == b'0').count();
+    coefficient.drain(..leading);
+    let scale = fraction.len() as i64 - exponent;
+    if coefficient.len() as i64 > MAX_PRECISION || scale.abs() > MAX_PRECISION {
+        return None;
+    }
+    let mut plain = String::new();
+    if negative && !coefficient.is_empty() {
+        plain.push('-');
+    }
+    if coefficient.is_empty() {
+        coefficient.push(b'0');
+    }
+    let digits = std::str::from_utf8(&coefficient).ok()?;
+    if scale <= 0 {
+        plain.push_str(if digits == "0" { "0" } else { digits });
+        if digits != "0" {
+            plain.extend(std::iter::repeat_n('0', scale.unsigned_abs() as usize));
+        }
+    } else {
+        let scale = scale as usize;
+        let padded = format!("{digits:0>width$}", width = scale + 1);
+        let (int_part, frac_part) = padded.split_at(padded.len() - scale);
+        plain.push_str(int_part);
+        plain.push('.');
+        plain.push_str(frac_part);
+    }
+    Some(Some(plain))
 }
 
 /// A float32 column value as the reference writes it: the float whose shortest text of 6 to 9
@@ -1254,6 +1339,33 @@ mod tests {
                     "{v} {d}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn decimal_texts_are_plain() {
+        // BigDecimal.toString's Javadoc examples, [unscaled, scale] -> text, and toPlainString
+        for (text, plain) in [
+            ("1.23E-8", Some("0.0000000123")),
+            ("-1.23E-10", Some("-0.000000000123")),
+            ("1.23E+3", Some("1230")),
+            ("0E-10", Some("0.0000000000")),
+            ("0E+3", Some("0")),
+            ("-0E-2", Some("0.00")),
+        ] {
+            assert_eq!(
+                plain_decimal(text.as_bytes()),
+                Some(plain.map(str::to_owned)),
+                "{text}"
+            );
+        }
+        for plain in ["123", "-0.00123", "12.3"] {
+            assert_eq!(plain_decimal(plain.as_bytes()), Some(None), "{plain}");
+        }
+        for bad in [
+            "", "-", "1.", ".5", "1E", "1E+", "1E1234", "1e-99", "+1", "1 ", "NaN",
+        ] {
+            assert_eq!(plain_decimal(bad.as_bytes()), None, "{bad}");
         }
     }
 
