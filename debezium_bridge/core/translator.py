@@ -4,9 +4,12 @@ Rules (docs/concepts.md), in the order they apply to each input record:
 
 1. **Decode** (:mod:`debezium_bridge.formats.debezium.decode`); failures become dead letters,
    tombstones and side records are counted and dropped.
-2. **Replay dedupe.** Per Kafka partition, Debezium emits events in position order, and a restart
-   re-sends a suffix with the same ``source``. So an event whose position is below its partition's
-   high-water mark is a replay, and at the mark itself the (op, key) pairs seen there decide.
+2. **Replay dedupe.** Per Kafka partition, Debezium emits transactions in commit order, and a
+   restart re-sends a suffix with the same ``source``. So an event of a transaction below its
+   partition's high-water mark is a replay, and at the mark itself the (op, key) pairs seen there
+   decide. Inside the mark's transaction ``change_lsn`` need not rise (``data.query.mode=direct``,
+   the default from 3.4, sends a transaction's rows in ``__$command_id`` order): an event below
+   the mark there is a replay only if its identity is remembered (below), else a new event.
    Events of keyless tables (round-robin partitioned, so a replay may land in another partition)
    and snapshot rows are also checked against a bounded set of recent identities.
    A replay must repeat its original's images: a 64-bit hash of :func:`image_bytes` of the
@@ -15,7 +18,9 @@ Rules (docs/concepts.md), in the order they apply to each input record:
    (table, commit_lsn, change_lsn, event_serial_no, op, key), for snapshot rows (table, key,
    commit_lsn) — and a replay whose digest differs is a dead letter (stage ``replay-mismatch``,
    counted in ``replay_mismatches``, part of ``dead_letters``), never dropped. A replay of an
-   event no longer remembered cannot be compared and is dropped as a duplicate.
+   event no longer remembered cannot be compared and is dropped as a duplicate, except inside
+   its partition's high-water transaction, where it cannot be told from a new event and is
+   emitted again (with its event id): a copy, never a loss.
 3. **Wait, then release in position order.** Events are grouped by (commit_lsn, change_lsn,
    table) and a group is released when the commit watermark — the lowest commit_lsn high-water
    mark over the data partitions — has moved past its commit_lsn, when a transaction END with
@@ -137,6 +142,9 @@ class _ImageMemory:
     def get(self, identity: int) -> int | None:
         found = self._new.get(identity)
         return self._old.get(identity) if found is None else found
+
+    def __contains__(self, identity: int) -> bool:
+        return identity in self._new or identity in self._old
 
 
 _OP_RANK = {"d": 0, "u": 1, "c": 1, "r": 1, "t": 1}
@@ -555,11 +563,15 @@ class Translator:
             local = (op, key_id)
             if mark is None or sort_key > mark[0]:
                 marks[tp] = (sort_key, {local})
-            elif sort_key < mark[0] or (not keyless_read and local in mark[1]):
+            elif sort_key == mark[0]:
+                if not keyless_read and local in mark[1]:
+                    self._replayed(event, identity)
+                    return
+                if not keyless_read:
+                    mark[1].add(local)
+            elif sort_key[0] < mark[0][0] or keyless_read or identity in self._images:
                 self._replayed(event, identity)
                 return
-            elif not keyless_read:
-                mark[1].add(local)
             if key_id == b"{}" and not keyless_read:
                 tracked = (event.table, sort_key, op, key_id)
         if tracked is not None:

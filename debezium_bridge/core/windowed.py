@@ -11,11 +11,12 @@ transaction END records of its commit LSNs, and, for a run with a known end
 
 Rules, per position group (table, commit_lsn, change_lsn; snapshot rows: one group per key):
 
-1. **Dedupe.** Debezium writes each partition in position order, so an event below its
-   partition's high-water position (as of the previous call), or at it with an (op, key)
-   already seen there, is a replay (the CLI's rule): it is dropped even when its group was
-   released long ago. An event whose identity (serial, op, key) was already seen in its group is
-   a replay too (copies that arrive in one call).
+1. **Dedupe.** Debezium writes each partition in commit order, so an event of a transaction
+   below its partition's high-water position (as of the previous call), or at that position
+   with an (op, key) already seen there, is a replay (the CLI's rule): it is dropped even when
+   its group was released long ago. An event whose identity (serial, op, key) was already seen
+   in its group is a replay too (copies that arrive in one call, and events below the mark
+   inside its transaction, where ``change_lsn`` need not rise: ``data.query.mode=direct``).
 2. **Pair as soon as possible.** Updates, snapshot reads and truncates are emitted at once.
    Deletes and creates wait in the group: as soon as the group holds exactly one delete and one
    create (whose ``__debezium.oldkey``/``newkey`` headers, when present, name each other) they
@@ -327,7 +328,9 @@ class WindowState:
             return False
         sort_key = event.sort_key
         if sort_key < mark.position:
-            return True
+            # inside the mark's own transaction change_lsn need not rise (direct mode): there
+            # the group's identities decide
+            return sort_key[0] < mark.position[0] or event.is_keyless_read
         if sort_key != mark.position or event.is_keyless_read:
             return False
         at: Collection[bytes] = mark.at_position

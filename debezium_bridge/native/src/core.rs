@@ -228,6 +228,10 @@ impl ImageMemory {
         }
     }
 
+    fn contains(&mut self, identity: u128) -> bool {
+        self.get(identity).is_some()
+    }
+
     fn get(&mut self, identity: u128) -> Option<u64> {
         self.insert_batch();
         self.new
@@ -828,12 +832,19 @@ impl Core {
         } else {
             let local_key = e.key_bytes();
             match self.marks.get_mut(&tp) {
-                Some(mark) if sk <= mark.key => {
-                    if sk < mark.key || (!keyless_read && mark.seen.contains(e.op, local_key)) {
+                Some(mark) if sk == mark.key => {
+                    if !keyless_read && mark.seen.contains(e.op, local_key) {
                         return self.replayed(&e, identity);
                     }
                     if !keyless_read {
                         mark.seen.insert_new(e.op, local_key);
+                    }
+                }
+                // below the mark: a replay in an earlier transaction; inside the mark's own
+                // (change_lsn need not rise there: direct mode) only when remembered
+                Some(mark) if sk < mark.key => {
+                    if sk.0 < mark.key.0 || keyless_read || self.images.contains(identity) {
+                        return self.replayed(&e, identity);
                     }
                 }
                 _ => set_mark(&mut self.marks, tp, sk, e.op, local_key),

@@ -291,8 +291,9 @@ impl StreamWindow {
         self.core.topics[e.origin.topic as usize].clone()
     }
 
-    /// `WindowState._replayed`: below its partition's position (as of earlier calls), or at it
-    /// with an (op, key) seen there.
+    /// `WindowState._replayed`: below its partition's position (as of earlier calls) in an
+    /// earlier transaction, or at it with an (op, key) seen there. Below it inside its
+    /// transaction (change_lsn need not rise there: direct mode) the group's identities decide.
     fn replayed(&self, e: &Event, sk: SortKey) -> bool {
         if e.is_snapshot_identity(self.incremental) {
             return false;
@@ -305,7 +306,7 @@ impl StreamWindow {
             return false;
         };
         if sk < position {
-            return true;
+            return sk.0 < position.0 || e.is_keyless_read();
         }
         if sk != position || e.is_keyless_read() {
             return false;
