@@ -191,7 +191,37 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Stored)
+_WIDE_INT = 1
+"""msgpack extension code of an integer outside msgpack's 64 bits, as its decimal text."""
+
+
+def _wide_int(code: int, data: memoryview) -> int:
+    if code != _WIDE_INT:
+        raise ValueError(f"unknown msgpack extension {code}")
+    return int(bytes(data))
+
+
+def _pack(value: Any) -> bytes:
+    """msgpack of ``value``. Schema-less JSON carries integers of any size (a ``numeric(38)``
+    written as a JSON number), which msgpack cannot hold: those go as an extension."""
+    try:
+        return _encoder.encode(value)
+    except OverflowError:
+        return _encoder.encode(_wide_ints(msgspec.to_builtins(value, builtin_types=(bytes,))))
+
+
+def _wide_ints(value: Any) -> Any:
+    if value.__class__ is int:
+        return (value if -(2**63) <= value < 2**64
+                else msgspec.msgpack.Ext(_WIDE_INT, str(value).encode()))
+    if value.__class__ is dict:
+        return {k: _wide_ints(v) for k, v in value.items()}
+    if value.__class__ is list:
+        return [_wide_ints(v) for v in value]
+    return value
+
+
+_decoder = msgspec.msgpack.Decoder(_Stored, ext_hook=_wide_int)
 _marks_decoder = msgspec.msgpack.Decoder(list[tuple[str, int, PartitionMark]])
 
 
@@ -525,7 +555,7 @@ class WindowState:
         self._apply_progress()
         keys = list(self._groups)
         mark_keys = list(self._marks)
-        return _encoder.encode(_Stored(
+        return _pack(_Stored(
             keys, [self._groups[k] for k in keys], mark_keys,  # type: ignore[arg-type]
             [self._marks[k] for k in mark_keys], self._commits, self._transactions))
 
@@ -535,10 +565,10 @@ def event_bytes(event: ChangeEvent) -> bytes:
     raw key, value and headers: only the record's coordinates are needed after decoding."""
     r = event.record
     coordinates = RawRecord(r.topic, r.partition, r.offset, r.timestamp)
-    return _encoder.encode(msgspec.structs.replace(event, record=coordinates))
+    return _pack(msgspec.structs.replace(event, record=coordinates))
 
 
-_event_decoder = msgspec.msgpack.Decoder(ChangeEvent)
+_event_decoder = msgspec.msgpack.Decoder(ChangeEvent, ext_hook=_wide_int)
 
 
 def event_from_bytes(data: bytes) -> ChangeEvent:

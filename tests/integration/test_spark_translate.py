@@ -57,6 +57,23 @@ def test_a_frame_without_headers_translates_as_one_with_none(spark: Any) -> None
         translate(frame.drop("offset"))
 
 
+@pytest.mark.parametrize("native", ["on", "off"])
+def test_integers_beyond_64_bits_pass_through(spark: Any, native: str) -> None:
+    """Schema-less JSON carries integers of any size (RFC 8259 §6 leaves the range to the
+    reader; a ``numeric(38)`` column with ``decimal.format=NUMERIC``): ``translate`` passes them
+    through as the core does, on both cores, through the state between stages (msgpack, which
+    holds 64 bits) too."""
+    records, _ = demo(encoding="json")
+    insert = next(r for r in records if r.value and b'"op":"c"' in r.value)
+    big = msgspec.structs.replace(insert, value=insert.value.replace(
+        b'"after":{', b'"after":{"big":99999999999999999999,"small":-1180591620717411303424,', 1))
+    rows = translate(spark.createDataFrame(kafka_rows([big]), KAFKA_SCHEMA),
+                     TranslateConfig(native=native)).collect()  # type: ignore[arg-type]
+    (change,) = [json.loads(r.value) for r in rows if r.kind == "change"]
+    assert change["after"]["big"] == 99999999999999999999
+    assert change["after"]["small"] == -(2**70)
+
+
 def test_batch_translate_views(spark: Any) -> None:
     records, _ = demo()
     config = TranslateConfig(outputs=("flat", "exploded"))
