@@ -226,3 +226,37 @@ def test_what_cannot_be_encoded() -> None:
     assert (writer.counters.errors, writer.counters.skipped) == (1, 1)
     with pytest.raises(Exception, match="registry"):
         DebeziumWriter(encoding="avro")
+
+
+def test_a_value_of_an_older_table_version_is_refused_not_cut() -> None:
+    """``datetime2(7)`` changed to ``datetime2(3)`` under the same column names: the writer
+    types columns by the newest version read with those names (docs/canonical.md, known limit),
+    so the older record's 7 fraction digits meet ``io.debezium.time.Timestamp`` (milliseconds,
+    the connector's type for ``datetime2(0..3)``). It cannot hold them: an encode error (the
+    output's dead letter), never a value cut to milliseconds."""
+    from debezium_bridge.formats.debezium.encode import DebeziumEncoder, TableSpec
+    from debezium_bridge.formats.debezium.sqltypes import ConnectorModes, SqlColumn
+    from debezium_bridge.testing.simulator import format_lsn
+
+    records = []
+    for n, (sql_type, stamp) in enumerate([("datetime2(7)", "2023-11-14T22:13:20.1234567"),
+                                           ("datetime2(3)", "2023-11-14T22:13:20.123")], 1):
+        table = TableSpec("testDB", "dbo", "t", ("id",), (SqlColumn("id", "int", nullable=False),
+                                                           SqlColumn("b", sql_type)))
+        encoder = DebeziumEncoder(table, "server1",
+                                  modes=ConnectorModes(propagate_source_types=True),
+                                  encoding="json-schema", version="2.7.3.Final")
+        lsn = format_lsn(0x2500000D080001 + 16 * n)
+        source = encoder.source(ts_ms=1700000000000 + n, commit_lsn=lsn, change_lsn=lsn,
+                                event_serial_no=1)
+        value = encoder.encode_envelope("c", None, encoder.row({"id": n, "b": stamp}), source,
+                                        None, 1)
+        records.append(RawRecord(encoder.topic, 0, n - 1, 1, encoder.encode_key({"id": n}), value))
+    changes, _, pipeline = run(records)
+    assert [c.after["b"] for c in changes if c.after] == ["2023-11-14T22:13:20.1234567",
+                                                          "2023-11-14T22:13:20.123"]
+    writer = DebeziumWriter(catalog=pipeline.catalog)
+    with pytest.raises(EncodeError, match="more fraction digits"):
+        writer.encode(changes[0])
+    (message,) = [m for m in writer.encode(changes[1]) if m.value]
+    assert json.loads(message.value)["payload"]["after"]["b"] == 1700000000123

@@ -128,8 +128,13 @@ def test_datetimeoffset_keeps_the_stored_offset() -> None:
 def test_timestamps_before_1970_are_exact_and_floored() -> None:
     value = "1969-12-31T23:59:59.9999999"
     assert encode_value(col("datetime2(7)"), value) == -100
-    assert encode_value(col("datetime2(5)"), value) == -1  # MicroTimestamp, floor like Instant
+    assert encode_value(col("datetime2(5)"), "1969-12-31T23:59:59.99999") == -10
     assert encode_value(col("datetime2(2)"), "1969-12-31T23:59:59.99") == -10
+    # connect mode's millisecond types cut finer digits as the connector does: floor like Instant
+    connect = ConnectorModes(time_precision_mode="connect")
+    assert encode_value(col("datetime2(7)", connect), value) == -1
+    with pytest.raises(ValueConversionError, match="more fraction digits"):
+        encode_value(col("datetime2(5)"), value)  # a value of another column type: not cut
     moon = dt.datetime(1969, 7, 20, 20, 17, 40, 500000, tzinfo=dt.UTC)
     assert encode_value(col("datetime2(7)"), "1969-07-20T20:17:40.5000000") == \
         (moon - EPOCH) // dt.timedelta(microseconds=1) * 1000

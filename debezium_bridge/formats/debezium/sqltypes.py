@@ -416,6 +416,17 @@ def _checked_int64(value: int) -> int:
     return value
 
 
+def _in_units(ns: int, div: int, semantic: str, value: Any) -> int:
+    """``ns`` in the units of ``semantic``. Debezium's own types (``time.precision.mode``
+    adaptive) are chosen to hold the column's digits, so a value they cannot hold exactly is
+    refused, not cut (it was read with another column type); Kafka Connect's millisecond types
+    (``connect`` mode) cut, as the connector does."""
+    units, rest = divmod(ns, div)
+    if rest and not semantic.startswith("org.apache.kafka"):
+        raise ValueConversionError(f"{value!r:.40} has more fraction digits than {semantic} holds")
+    return units
+
+
 def _temporal_encoder(semantic: str) -> Encoder | None:
     if semantic in ("io.debezium.time.Date", KAFKA_DATE):
         return date_days
@@ -423,7 +434,7 @@ def _temporal_encoder(semantic: str) -> Encoder | None:
         return lambda v: dt.date.fromisoformat(v).isoformat() + "Z"
     if semantic in _TIME_DIVISORS:
         div = _TIME_DIVISORS[semantic]
-        return lambda v: time_nanos(v) // div
+        return lambda v: _in_units(time_nanos(v), div, semantic, v)
     if semantic == "io.debezium.time.IsoTime":
         def iso_time(v: str) -> str:
             ns = time_nanos(v)
@@ -433,7 +444,7 @@ def _temporal_encoder(semantic: str) -> Encoder | None:
         return iso_time
     if semantic in _TIMESTAMP_DIVISORS:
         div = _TIMESTAMP_DIVISORS[semantic]
-        return lambda v: _checked_int64(timestamp_nanos(v) // div)
+        return lambda v: _checked_int64(_in_units(timestamp_nanos(v), div, semantic, v))
     if semantic == "io.debezium.time.IsoTimestamp":
         def iso_timestamp(v: str) -> str:
             m = _TS_RE.fullmatch(v)
