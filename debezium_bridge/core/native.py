@@ -110,6 +110,7 @@ def flatten(event: ChangeEvent) -> tuple[Any, ...]:
         event.partner_key_id,
         event.seq,
         None if event.changed is None else list(event.changed),
+        event.unordered,
     )
 
 

@@ -11,7 +11,8 @@ Rules (docs/concepts.md), in the order they apply to each input record:
    the default from 3.4, sends a transaction's rows in ``__$command_id`` order): an event below
    the mark there is a replay only if its identity is remembered (below), else a new event.
    Events of keyless tables (round-robin partitioned, so a replay may land in another partition)
-   and snapshot rows are also checked against a bounded set of recent identities.
+   and snapshot rows are also checked against a bounded set of recent identities; CES events
+   (``ChangeEvent.unordered``: no commit order in a partition) only against it.
    A replay must repeat its original's images: a 64-bit hash of :func:`image_bytes` of the
    most recent ``dedupe_capacity`` events (between half and all of them) is remembered by
    identity —
@@ -561,7 +562,9 @@ class Translator:
             marks = self._partition_marks
             mark = marks.get(tp)
             local = (op, key_id)
-            if mark is None or sort_key > mark[0]:
+            if event.unordered:
+                tracked = (event.table, sort_key, op, key_id)
+            elif mark is None or sort_key > mark[0]:
                 marks[tp] = (sort_key, {local})
             elif sort_key == mark[0]:
                 if not keyless_read and local in mark[1]:

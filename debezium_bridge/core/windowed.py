@@ -77,8 +77,9 @@ def group_key(event: ChangeEvent) -> GroupKey:
 
 
 def _streamed(event: ChangeEvent) -> bool:
-    """Whether ``event`` is ordered in its partition (everything but initial snapshot rows)."""
-    return event.op != "r" or event.snapshot == "incremental"
+    """Whether ``event`` is ordered in its partition (everything but initial snapshot rows and
+    events of partitions without commit order, ``ChangeEvent.unordered``)."""
+    return not event.unordered and (event.op != "r" or event.snapshot == "incremental")
 
 
 class PartitionMark(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -137,6 +137,10 @@ class ChangeEvent(msgspec.Struct, gc=False):
     changed: tuple[str, ...] | None = None
     """Columns the source says an update changed (SQL Server's ``__$update_mask`` of
     change-table rows), in column order; ``None``: found by comparing the images."""
+    unordered: bool = False
+    """Its partition does not keep commit order (CES: Microsoft documents no order across
+    events, and a segmented event stands at its last segment): a replay is found by its
+    identity among the recent ones, never by the partition's high-water position."""
 
     @property
     def is_snapshot(self) -> bool:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from debezium_bridge.core.pipeline import Pipeline
+from debezium_bridge.core.settings import TranslatorConfig
 from debezium_bridge.formats.canonical import to_dict
 from debezium_bridge.formats.ces.encode import CesEncoder
 from debezium_bridge.formats.ces.options import CesOptions
@@ -172,3 +175,31 @@ def test_samples_are_what_provenance_says() -> None:
     names = sorted(p.name for p in Path(CES).glob("*.json"))
     assert names == sorted([*MF26, *MF25, "ace68-wpc2025_product_capture-edited.json",
                             "ace68-readme_nonconformant-illustration.json"])
+
+
+@pytest.mark.parametrize("core", ["on", "off"])
+@pytest.mark.parametrize("order", list(itertools.permutations(MF26)))
+def test_mf26_samples_in_any_order_in_one_partition_are_all_read(order: tuple[str, ...],
+                                                                  core: str) -> None:
+    """CES documents no order of events in a partition (reference ces.md §1.3): unlike a
+    Debezium partition, a lower commit LSN after a higher one is a new event, not a replay."""
+    records = [RawRecord("ces", 0, offset, None, None, sample(name)[0].encode())
+               for offset, name in enumerate(order)]
+    pipeline = Pipeline(TranslatorConfig(native=core))  # type: ignore[arg-type]
+    changes, dead, _ = run(records, pipeline)
+    assert dead == [] and pipeline.translator.counters.duplicates == 0
+    assert sorted((c.op, c.position.commit_lsn) for c in changes) == sorted(
+        (MF26_EXPECTED[name][0], MF26_EXPECTED[name][3]) for name in MF26)
+
+
+@pytest.mark.parametrize("core", ["on", "off"])
+def test_an_mf26_sample_resent_to_another_partition_is_a_duplicate(core: str) -> None:
+    """A re-sent event produces no second output (SPEC §4), wherever it lands: CES events
+    are spread over partitions round-robin by default."""
+    records = [RawRecord("ces", 0, offset, None, None, sample(name)[0].encode())
+               for offset, name in enumerate(MF26)]
+    records.append(RawRecord("ces", 1, 0, None, None, sample(MF26[0])[0].encode()))
+    pipeline = Pipeline(TranslatorConfig(native=core))  # type: ignore[arg-type]
+    changes, dead, _ = run(records, pipeline)
+    assert dead == [] and len(changes) == 3
+    assert pipeline.translator.counters.duplicates == 1

@@ -387,3 +387,21 @@ def test_a_lower_change_lsn_inside_the_marks_transaction_is_a_new_event() -> Non
     window.add([(second, COMMIT_MS), (earlier, COMMIT_MS)], watermark_ms=0)  # re-sent
     window.release(0)
     assert changes(window) == [] and window.counters.duplicates == 2
+
+
+def test_events_of_partitions_without_commit_order_are_not_judged_by_the_mark() -> None:
+    """CES partitions keep no commit order (``ChangeEvent.unordered``): an event below the
+    partition's mark of an earlier call is new unless its group saw it."""
+    later = decoded(update(1, 9, "a", "b", offset=1))
+    earlier = decoded(update(2, 8, "a", "b", offset=2))
+    for e in (later, earlier):
+        e.unordered = True
+    window = Window()
+    for e in (later, earlier):
+        window.add([(e, COMMIT_MS)], watermark_ms=0)
+        window.observe(progress(e))
+        window.release(0)
+    assert [c.key for c in changes(window)] == [{"id": 1}, {"id": 2}]
+    window.add([(earlier, COMMIT_MS)], watermark_ms=0)  # re-sent while its group waits
+    window.release(0)
+    assert changes(window) == [] and window.counters.duplicates == 1

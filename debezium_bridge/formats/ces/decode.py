@@ -275,9 +275,11 @@ class CesDecoder:
                                     data_collection_order=self._order(commit_text or "",
                                                                       table_id, sequence)))
         event = build_event(envelope, record, key, rows, None, rows.names or None)
-        if isinstance(event, ChangeEvent) and event.tx is not None and begin_text:
-            tx = event.tx
-            event.tx = TxRef(tx.id, tx.total_order, tx.data_collection_order, begin_text)
+        if isinstance(event, ChangeEvent):
+            event.unordered = True
+            if event.tx is not None and begin_text:
+                tx = event.tx
+                event.tx = TxRef(tx.id, tx.total_order, tx.data_collection_order, begin_text)
         return event
 
     def _columns(self, cols: Any) -> tuple[CatalogColumn, ...]:

@@ -829,6 +829,8 @@ impl Core {
         let mut tracked = false;
         if snapshot {
             tracked = !keyless_read;
+        } else if e.unordered {
+            tracked = true;
         } else {
             let local_key = e.key_bytes();
             match self.marks.get_mut(&tp) {
@@ -1478,6 +1480,7 @@ impl Core {
 fn unreachable_event() -> Box<Event> {
     // `emit` is only called with one event here; never reached
     Box::new(Event {
+        unordered: false,
         origin: crate::event::Origin {
             topic: 0,
             partition: 0,

@@ -858,6 +858,7 @@ impl Decoder {
             Rows::Schemaless => None,
         };
         Ok(spare.boxed(Event {
+            unordered: false,
             origin: Origin {
                 topic: input.topic_id,
                 partition: input.partition,

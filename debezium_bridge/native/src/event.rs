@@ -63,6 +63,9 @@ pub struct Event {
     pub changed: Option<Arc<[String]>>,
     /// The member names of both images, when the decoder read each along one list of names.
     pub names: Option<Arc<ImageNames>>,
+    /// Its partition does not keep commit order (`ChangeEvent.unordered`: CES events): a
+    /// replay is found by its identity among the recent ones, not by the partition's mark.
+    pub unordered: bool,
 }
 
 /// The member names of a table's row images as a decoder read them (`scan::layout`): every

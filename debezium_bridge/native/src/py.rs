@@ -472,6 +472,11 @@ impl NativeCore {
         } else {
             None
         };
+        let unordered: bool = if t.len() > 25 {
+            t.get_item(25)?.extract()?
+        } else {
+            false
+        };
         let op = match op.as_str() {
             "c" => b'c',
             "u" => b'u',
@@ -575,6 +580,7 @@ impl NativeCore {
             },
             changed: changed.map(|c| c.into()),
             names: None,
+            unordered,
         }))
     }
 }

@@ -295,7 +295,7 @@ impl StreamWindow {
     /// earlier transaction, or at it with an (op, key) seen there. Below it inside its
     /// transaction (change_lsn need not rise there: direct mode) the group's identities decide.
     fn replayed(&self, e: &Event, sk: SortKey) -> bool {
-        if e.is_snapshot_identity(self.incremental) {
+        if e.unordered || e.is_snapshot_identity(self.incremental) {
             return false;
         }
         let tp = (self.topic_of(e), e.origin.partition);

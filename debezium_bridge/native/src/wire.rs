@@ -21,6 +21,8 @@ const SAME_TOPIC: u8 = 1;
 const SAME_TABLE: u8 = 2;
 const SAME_SNAPSHOT: u8 = 4;
 const SAME_SOURCE: u8 = 8;
+/// Not a repeat: the event's `unordered` flag.
+const UNORDERED: u8 = 16;
 
 /// The interned parts (topic, table, snapshot marker, source) of the event before, in one
 /// packed value: the writer's ids of the events it wrote, the reader's of those it read. Most
@@ -130,7 +132,8 @@ pub fn write(
     let mask = same(&mut repeats.topic, e.origin.topic, SAME_TOPIC)
         | same(&mut repeats.table, e.table, SAME_TABLE)
         | same(&mut repeats.snapshot, e.snapshot, SAME_SNAPSHOT)
-        | same(&mut repeats.source, e.source, SAME_SOURCE);
+        | same(&mut repeats.source, e.source, SAME_SOURCE)
+        | if e.unordered { UNORDERED } else { 0 };
     out.push(VERSION);
     out.push(mask);
     if mask & SAME_TOPIC == 0 {
@@ -416,7 +419,7 @@ impl Reader {
             1 => 0,
             _ => return Err(BadWire),
         };
-        if mask & !(SAME_TOPIC | SAME_TABLE | SAME_SNAPSHOT | SAME_SOURCE) != 0 {
+        if mask & !(SAME_TOPIC | SAME_TABLE | SAME_SNAPSHOT | SAME_SOURCE | UNORDERED) != 0 {
             return Err(BadWire);
         }
         let topic = if mask & SAME_TOPIC != 0 {
@@ -555,6 +558,7 @@ impl Reader {
         }
         Ok(Read {
             event: spare.boxed(Event {
+                unordered: mask & UNORDERED != 0,
                 origin: Origin {
                     topic,
                     partition,

@@ -266,7 +266,10 @@ impl SparkDecoder {
                             offset: -1,
                             ..Default::default()
                         });
-                mark.note(&event, !event.is_snapshot_identity(incremental));
+                mark.note(
+                    &event,
+                    !event.unordered && !event.is_snapshot_identity(incremental),
+                );
             }
             let ms = event.source_ts_ms.unwrap_or(stamp.unwrap_or(0));
             clock = Some(clock.map_or(ms, |c| c.max(ms)));
