@@ -69,6 +69,8 @@ def _timestamp_text(rng: random.Random, digits: int) -> str:
         return text
     if digits == 3:  # datetime ticks end in 0, 3 or 7 ms
         return f"{text}.{rng.getrandbits(6) * 10 + (0, 3, 7, 0)[rng.getrandbits(2)]:03d}"
+    if digits != 7:
+        return f"{text}.{rng.randrange(10**digits):0{digits}d}"
     return f"{text}.{rng.getrandbits(23):07d}"
 
 
@@ -95,9 +97,9 @@ def _value_maker(column: SqlColumn, rng: random.Random) -> Callable[[], Any]:
         "varchar": lambda: "-".join(_WORDS[bits_of(2)] for _ in range(1 + bits_of(2))),
         "nvarchar": lambda: " ".join(_WORDS[bits_of(3)] for _ in range(1 + bits_of(3))),
         "datetime": lambda: _timestamp_text(rng, 3),
-        "datetime2": lambda: _timestamp_text(rng, 3 if "(3)" in column.sql_type else 7),
+        "datetime2": lambda: _timestamp_text(rng, sizes[0] if sizes else 7),
         "date": lambda: _timestamp_text(rng, 0)[:10],
-        "time": lambda: _timestamp_text(rng, 7)[11:],
+        "time": lambda: _timestamp_text(rng, sizes[0] if sizes else 7)[11:],
         "bit": lambda: bool(bits_of(1)),
         "uniqueidentifier": lambda: str(uuid.UUID(int=bits_of(128))).upper(),
         "varbinary": lambda: base64.b64encode(rng.randbytes(bits_of(6))).decode(),
