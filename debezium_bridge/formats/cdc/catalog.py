@@ -12,8 +12,9 @@ by their column names, and files are combined):
   (``object_id``, ``column_name``, ``index_ordinal``);
 * the result set of ``sys.sp_cdc_help_change_data_capture`` (``source_schema``,
   ``source_table``, ``capture_instance``, ``index_column_list``, ``captured_column_list``) and
-  of ``sys.sp_cdc_get_captured_columns`` (``column_name``, ``ordinal_position``,
-  ``data_type``, ``character_maximum_length``, ``numeric_precision``, ``numeric_scale``,
+  of ``sys.sp_cdc_get_captured_columns`` (``column_name``, ``column_ordinal`` — called
+  ``ordinal_position`` in the SQL Server 2008-2012 documentation —, ``data_type``,
+  ``character_maximum_length``, ``numeric_precision``, ``numeric_scale``,
   ``datetime_precision``), which give the exact SQL types;
 * a hand-written description: ``{<capture_instance>: {table: db.schema.table, key: [..],
   columns: {name: sql type, …}}}`` (columns in change-table order);
@@ -238,6 +239,12 @@ def _lower(row: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k).strip().strip("[]").lower(): v for k, v in row.items()}
 
 
+def _typed_ordinal(row: Mapping[str, Any]) -> Any:
+    """The change-table ordinal of a ``sys.sp_cdc_get_captured_columns`` row: ``column_ordinal``
+    (current SQL Server) or ``ordinal_position`` (SQL Server 2008-2012 documentation)."""
+    return row.get("column_ordinal", row.get("ordinal_position"))
+
+
 def _split_list(text: Any) -> list[str]:
     """``[id], [name]`` (``sp_cdc_help_change_data_capture`` column lists) → names."""
     if text is None:
@@ -273,37 +280,44 @@ class _Builder:
         for raw in rows:
             if not isinstance(raw, Mapping):
                 raise ConfigError(f"{source}: expected rows (objects), got {raw!r:.60}")
-            row = _lower(raw)
-            if "captured_column_list" in row or "index_column_list" in row:
-                info = self.instance(str(row["capture_instance"]))
-                info.update(schema=row.get("source_schema"), table=row.get("source_table"),
-                            start_lsn=_lsn(row.get("start_lsn")),
-                            db=row.get("database_name") or row.get("db"))
-                info["key"] = _split_list(row.get("index_column_list"))
-                info["listed"] = _split_list(row.get("captured_column_list"))
-                if row.get("object_id") is not None:
-                    self.by_object[str(row["object_id"])] = info["name"]
-            elif "ordinal_position" in row and "data_type" in row:
-                self.typed.setdefault(str(row["capture_instance"]), []).append(row)
-            elif "column_ordinal" in row and "column_name" in row:
-                self.captured.setdefault(str(row["object_id"]), []).append(row)
-            elif "index_ordinal" in row and "column_name" in row:
-                self.index.setdefault(str(row["object_id"]), []).append(row)
-            elif "capture_instance" in row and "source_object_id" in row:
-                info = self.instance(str(row["capture_instance"]))
-                info.setdefault("schema", row.get("source_schema"))
-                info.setdefault("table", row.get("source_table"))
-                info.setdefault("db", row.get("database_name") or row.get("db"))
-                info["start_lsn"] = info.get("start_lsn") or _lsn(row.get("start_lsn"))
+            try:
+                self._add_row(_lower(raw), source)
+            except KeyError as exc:
+                raise ConfigError(f"{source}: a row without the column {exc.args[0]!r}: "
+                                  f"{raw!r:.80}") from None
+
+    def _add_row(self, row: dict[str, Any], source: str) -> None:
+        """One row, of the kind its column names tell."""
+        if "captured_column_list" in row or "index_column_list" in row:
+            info = self.instance(str(row["capture_instance"]))
+            info.update(schema=row.get("source_schema"), table=row.get("source_table"),
+                        start_lsn=_lsn(row.get("start_lsn")),
+                        db=row.get("database_name") or row.get("db"))
+            info["key"] = _split_list(row.get("index_column_list"))
+            info["listed"] = _split_list(row.get("captured_column_list"))
+            if row.get("object_id") is not None:
                 self.by_object[str(row["object_id"])] = info["name"]
-            elif "tran_end_time" in row and "start_lsn" in row:
-                raise ConfigError(f"{source}: cdc.lsn_time_mapping rows belong in "
-                                  "cdc.lsn_time_mapping, not in the capture-instance "
-                                  "description")
-            else:
-                raise ConfigError(f"{source}: rows with columns {sorted(row)[:8]} are none of "
-                                  "cdc.change_tables, cdc.captured_columns, cdc.index_columns, "
-                                  "sp_cdc_help_change_data_capture, sp_cdc_get_captured_columns")
+        elif "data_type" in row and ("column_ordinal" in row or "ordinal_position" in row):
+            self.typed.setdefault(str(row["capture_instance"]), []).append(row)
+        elif "column_ordinal" in row and "column_name" in row:
+            self.captured.setdefault(str(row["object_id"]), []).append(row)
+        elif "index_ordinal" in row and "column_name" in row:
+            self.index.setdefault(str(row["object_id"]), []).append(row)
+        elif "capture_instance" in row and "source_object_id" in row:
+            info = self.instance(str(row["capture_instance"]))
+            info.setdefault("schema", row.get("source_schema"))
+            info.setdefault("table", row.get("source_table"))
+            info.setdefault("db", row.get("database_name") or row.get("db"))
+            info["start_lsn"] = info.get("start_lsn") or _lsn(row.get("start_lsn"))
+            self.by_object[str(row["object_id"])] = info["name"]
+        elif "tran_end_time" in row and "start_lsn" in row:
+            raise ConfigError(f"{source}: cdc.lsn_time_mapping rows belong in "
+                              "cdc.lsn_time_mapping, not in the capture-instance "
+                              "description")
+        else:
+            raise ConfigError(f"{source}: rows with columns {sorted(row)[:8]} are none of "
+                              "cdc.change_tables, cdc.captured_columns, cdc.index_columns, "
+                              "sp_cdc_help_change_data_capture, sp_cdc_get_captured_columns")
 
     def add_mapping(self, doc: Mapping[str, Any], source: str) -> None:
         if "capture_instances" in doc and isinstance(doc["capture_instances"], Mapping | list):
@@ -357,7 +371,7 @@ class _Builder:
         if "typed" in info:
             for row in info["typed"]:
                 columns.append(CapturedColumn(
-                    str(row["column_name"]), _int(row["ordinal_position"]) or 0,
+                    str(row["column_name"]), _int(_typed_ordinal(row)) or 0,
                     _int(row.get("column_id")),
                     _type_text(str(row["data_type"]), row.get("character_maximum_length"),
                                row.get("numeric_precision"), row.get("numeric_scale"),

@@ -42,7 +42,10 @@ This is what ``SqlServerStreamingChangeEventSource#executeIteration`` does with 
    the captured columns, that differs between the 3 and 4 rows of an update, or that does not
    set every bit of an insert or a delete (the documents say they always do) is a dead letter
    (stage ``cdc-mask``).
-7. **Duplicates.** A row repeated with the same ``(__$start_lsn, __$command_id, __$seqval,
+7. **Capture instances of one table.** The older of two capture instances of one source table
+   is read up to the newer one's ``start_lsn`` (``getChangeTablesToQuery``); its rows from
+   there on hold changes the newer one has, and count as duplicates.
+8. **Duplicates.** A row repeated with the same ``(__$start_lsn, __$command_id, __$seqval,
    __$operation)`` and identical fields (overlapping exports) is dropped and counted as a
    duplicate; a copy with different fields is a dead letter (stage ``cdc-duplicate``).
 """
@@ -50,6 +53,7 @@ This is what ``SqlServerStreamingChangeEventSource#executeIteration`` does with 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -211,11 +215,26 @@ class PreparedTable:
         self.has_lob = any(c.lob for c in columns)
         self.width = len(instance.columns)
         self.all_bits = mask_of(range(1, self.width + 1))
+        self.stop_lsn: bytes | None = None
+        """The ``start_lsn`` of the table's next capture instance: rows from there on are read
+        from that one."""
 
 
 def prepare(instances: Mapping[str, CaptureInstance], settings: CdcSettings
             ) -> dict[str, PreparedTable]:
-    return {name: PreparedTable(i, settings) for name, i in instances.items()}
+    """Compiled tables by capture-instance name. Of two capture instances of one table, the
+    older stops at the newer's ``start_lsn`` (``getChangeTablesToQuery``:
+    ``currentTable.setStopLsn(futureTable.getStartLsn())``; an unknown ``start_lsn`` sorts
+    lowest, as ``Lsn#compareTo`` sorts NULL)."""
+    tables = {name: PreparedTable(i, settings) for name, i in instances.items()}
+    by_source: dict[str, list[PreparedTable]] = {}
+    for table in tables.values():
+        by_source.setdefault(table.table_id, []).append(table)
+    for same in by_source.values():
+        same.sort(key=lambda t: t.instance.start_lsn or b"")
+        for older, newer in itertools.pairwise(same):
+            older.stop_lsn = newer.instance.start_lsn
+    return tables
 
 
 # --------------------------------------------------------------------------- rows
@@ -322,6 +341,9 @@ class CdcDecoder:
             parsed = self._parse(row, table)
         except (RowError, ValueConversionError, SchemaError) as exc:
             self._reject(row, exc)
+            return
+        if table.stop_lsn is not None and parsed.start >= table.stop_lsn:
+            self.sink.drop_duplicate()  # the newer capture instance has this change
             return
         stream = self._streams.get(instance)
         if stream is None:

@@ -2,16 +2,20 @@
 lines, and JSON arrays (``FOR JSON``).
 
 * **CSV.** The delimiter is sniffed from the first line (``,``, tab, ``|``, ``;``). A header
-  line (any field ``__$start_lsn``) names the columns; ``sqlcmd``'s dash line under it and its
-  ``(N rows affected)`` footer are skipped, and its space padding is trimmed; pandas' unnamed
-  index column is dropped. Without a header (``bcp -c``) the columns are the change table's own
-  (``__$start_lsn, __$end_lsn, __$seqval, __$operation, __$update_mask, <captured columns>,
-  __$command_id``, or the function's ``__$start_lsn, __$seqval, __$operation,
-  __$update_mask, <captured columns>``), told apart by the number of fields, unless
-  ``cdc.columns`` names them. Fields in ``cdc.null_values`` are NULL; bcp's NUL character is
-  the empty string. UTF-16 files (``bcp -w``) are recognised by their byte-order mark.
+  line (any field ``__$start_lsn``) names the columns, and must name every captured column;
+  ``sqlcmd``'s dash line under it and its ``(N rows affected)`` footer are skipped. Values of a
+  ``sqlcmd -W`` export are read as written (an empty field is the empty string: sqlcmd prints
+  NULL as ``NULL``); without ``-W`` (a padded header) the trailing padding is removed. Pandas'
+  unnamed index column is dropped. Without a header (``bcp -c``) the columns are the change
+  table's own (``__$start_lsn, __$end_lsn, __$seqval, __$operation, __$update_mask,
+  <captured columns>, __$command_id``, or the function's ``__$start_lsn, __$seqval,
+  __$operation, __$update_mask, <captured columns>``), told apart by the number of fields,
+  unless ``cdc.columns`` names them. Fields in ``cdc.null_values`` are NULL (in a ``sqlcmd``
+  export, all but the empty field); bcp's NUL character is the empty string. UTF-16 files
+  (``bcp -w``) are recognised by their byte-order mark.
 * **JSON.** One object per line, or one array of objects (``FOR JSON PATH``; absent keys are
-  NULL, as ``FOR JSON`` leaves NULLs out).
+  NULL, as ``FOR JSON`` leaves NULLs out). Numbers with a fraction or an exponent are read as
+  :class:`~decimal.Decimal`, exactly as written.
 
 Readers yield :class:`CdcRow` items and, for lines that cannot be read, :class:`RowReadError`
 items (the caller dead-letters them and carries on).
@@ -21,10 +25,12 @@ from __future__ import annotations
 
 import codecs
 import csv
+import ctypes
 import io
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +46,8 @@ OPERATION, UPDATE_MASK, COMMAND_ID = "__$operation", "__$update_mask", "__$comma
 TIME_COLUMNS = ("__$commit_time", "tran_end_time", "tran_begin_time", "__$tran_end_time",
                 "__$tran_begin_time")
 CAPTURE_INSTANCE_FIELD = "__$capture_instance"
+_JSON_ROW = msgspec.json.Encoder(decimal_format="number")
+"""Writes a row of a JSON array back (its dead-letter text) with its numbers as read."""
 
 
 class CdcRow(msgspec.Struct, frozen=True, gc=False):
@@ -179,20 +187,20 @@ def _json_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureIn
     items: list[tuple[int, bytes, Any]] = []
     if text.lstrip().startswith("["):
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, parse_float=Decimal)
         except ValueError as exc:
             error = RowReadError(source, 1, data[:1024], f"invalid JSON array: {exc}")
             return None, iter([error])
         if not isinstance(doc, list):
             return None, iter([RowReadError(source, 1, data[:1024], "not a JSON array")])
-        items = [(i + 1, json.dumps(obj).encode(), obj) for i, obj in enumerate(doc)]
+        items = [(i + 1, _JSON_ROW.encode(obj), obj) for i, obj in enumerate(doc)]
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             raw = line.encode()
             try:
-                items.append((number, raw, json.loads(line)))
+                items.append((number, raw, json.loads(line, parse_float=Decimal)))
             except ValueError as exc:
                 items.append((number, raw, RowReadError(source, number, raw,
                                                         f"invalid JSON: {exc}")))
@@ -217,12 +225,16 @@ def _is_dash_line(cells: Sequence[str]) -> bool:
         and any(c.strip() for c in cells)
 
 
+_LARGEST_FIELD = ctypes.c_ulong(-1).value // 2
+"""The largest limit ``csv.field_size_limit`` takes (a C ``long``): a ``(max)`` value may hold
+2 GB, far beyond the default 128 KiB."""
 _AFFECTED = re.compile(r"\s*\(\d+ rows? affected\)\s*", re.I)
 
 
 def _csv_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureInstance],
               wanted: str | None, columns: list[str], nulls: frozenset[str]
               ) -> tuple[CaptureInstance | None, Iterator[CdcRow | RowReadError]]:
+    csv.field_size_limit(_LARGEST_FIELD)
     stream = _decode_stream(handle)
     lines = _Lines(stream)
     first_line = ""
@@ -263,10 +275,16 @@ def _csv_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureIns
         else:
             header = []
     instance = select_instance(instances, source, header, wanted)
+    if instance is not None and header:
+        _check_header(instance, header, source)
     start_line = len(buffered)
+    # sqlcmd without -W pads the header too (__$start_lsn to the 22 characters of its values)
+    padded = header is not None and first_cells is not None and pending_first is None \
+        and any(c != c.rstrip(" ") for c in first_cells)
 
     def rows() -> Iterator[CdcRow | RowReadError]:
         sqlcmd = False
+        sqlcmd_nulls = nulls - {""}  # sqlcmd writes NULL as NULL: an empty field is ''
         if pending_first is not None:
             record_iter: Iterator[tuple[list[str], int, str]] = _records(
                 reader, lines, [(pending_first, start_line, "".join(buffered))])
@@ -292,13 +310,29 @@ def _csv_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureIns
                                    f"{len(cells)} fields where the header has {width}")
                 continue
             fields: dict[str, Any] = {}
-            for name, cell in zip(header, cells, strict=True):
-                if sqlcmd:
-                    cell = cell.strip()
-                fields[name] = None if cell in nulls else ("" if cell == "\x00" else cell)
+            if sqlcmd:
+                for name, cell in zip(header, cells, strict=True):
+                    if padded:  # left-aligned text and right-aligned numbers and NULLs
+                        cell = cell.rstrip(" ")
+                    fields[name] = None if cell.lstrip(" ") in sqlcmd_nulls else cell
+            else:
+                for name, cell in zip(header, cells, strict=True):
+                    fields[name] = None if cell in nulls else ("" if cell == "\x00" else cell)
             yield CdcRow(fields, source, number, raw, False)
 
     return instance, rows()
+
+
+def _check_header(instance: CaptureInstance, header: Sequence[str], source: str) -> None:
+    """Every captured column is a column of the change table: one the header (or
+    ``cdc.columns``) lacks is an export that does not match the description."""
+    have = {name.lower() for name in header}
+    missing = [c.name for c in instance.columns if c.name.lower() not in have]
+    if missing:
+        raise ConfigError(f"{source}: no column {', '.join(map(repr, missing))} of capture "
+                          f"instance {instance.name!r} (a change table has every captured "
+                          "column: export them all, or describe the capture instance the "
+                          "file belongs to)")
 
 
 def _records(reader: Any, lines: _Lines, first: list[tuple[list[str], int, str]]

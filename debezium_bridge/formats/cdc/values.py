@@ -17,6 +17,7 @@ import binascii
 import datetime as dt
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from debezium_bridge.errors import ValueConversionError
@@ -95,6 +96,8 @@ def server_time_ms(value: Any, offset_minutes: int) -> int:
     of epoch milliseconds (pandas' ``to_json`` default)."""
     if isinstance(value, bool):
         raise ValueConversionError(f"expected a time, got {value!r}")
+    if isinstance(value, Decimal):
+        value = float(value)  # epoch milliseconds are exact in a float
     if isinstance(value, int | float):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueConversionError(f"expected a time, got {value!r}")
@@ -130,6 +133,8 @@ _TRUE = frozenset({"1", "true", "t", "yes", "y"})
 _FALSE = frozenset({"0", "false", "f", "no", "n"})
 _INTEGER = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)")
+_DECIMAL_EXPONENT_LIMIT = 100
+"""Larger exponents are beyond every SQL decimal (38 digits) and would be written out in full."""
 _FLOAT_WORDS = {"inf": math.inf, "-inf": -math.inf, "infinity": math.inf,
                 "-infinity": -math.inf, "nan": math.nan}
 
@@ -154,6 +159,9 @@ def integer(value: Any) -> int:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, Decimal) and value.adjusted() < 40 \
+            and value == value.to_integral_value():
+        return int(value)  # pandas writes integer columns with NULLs as 1.0
     text = str(value).strip()
     if _INTEGER.fullmatch(text):
         return int(text)
@@ -166,6 +174,11 @@ def decimal_text(value: Any) -> str:
         raise ValueConversionError(f"expected a decimal, got {value!r}")
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, Decimal):  # a JSON number, as written
+        exponent = value.as_tuple().exponent
+        if not isinstance(exponent, int) or abs(exponent) > _DECIMAL_EXPONENT_LIMIT:
+            raise ValueConversionError(f"expected a decimal, got {str(value)[:40]!r}")
+        return format(value, "f")
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueConversionError(f"expected a decimal, got {value!r}")
@@ -181,7 +194,7 @@ def decimal_text(value: Any) -> str:
 def floating(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueConversionError(f"expected a number, got {value!r}")
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return float(value)
     text = str(value).strip()
     word = _FLOAT_WORDS.get(text.lower())
@@ -196,6 +209,8 @@ def floating(value: Any) -> float:
 def timestamp_text(value: Any) -> str:
     """``YYYY-MM-DDTHH:MM:SS[.f…]`` from text with a space or a ``T`` (pandas may drop the
     seconds' zero fraction), or epoch milliseconds (pandas' ``to_json``)."""
+    if isinstance(value, Decimal):
+        value = float(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         ms = int(value)
         moment = _EPOCH + dt.timedelta(milliseconds=ms)
@@ -211,7 +226,7 @@ def timestamp_text(value: Any) -> str:
 
 
 def date_text(value: Any) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
         return timestamp_text(value)[:10]
     text = str(value).strip()
     if len(text) > 10 and text[10] in " T" and text[11:].strip("0:. ") == "":
@@ -235,7 +250,7 @@ def text(value: Any) -> str:
         return value
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return str(value)
     raise ValueConversionError(f"expected text, got {type(value).__name__}")
 
