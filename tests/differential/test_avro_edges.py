@@ -280,3 +280,30 @@ def test_avro_string_mode_decimals_are_plain() -> None:
     assert native[4] == 0, "the native core declined the records"
     amounts = [json.loads(line)["after"]["amount"] for line in python[0].splitlines()]
     assert not python[1] and amounts == [want or text for text, want in texts.items()]
+
+
+def test_avro_json_values_of_another_schema_version_are_refused() -> None:
+    """An Avro-JSON dump carries no schema ids, so its rows are read by the subject's latest
+    schema. Avro's JSON encoding names each union branch (``{"int": 19000}``): a column whose
+    branch is not the latest schema's type was written with another version (here ``b``, an
+    ``io.debezium.time.Date`` int, later a ``MicroTimestamp`` long) and is refused, not read
+    as the other type; the record written with the latest version is read."""
+    def version(b_type: dict[str, Any]) -> dict[str, Any]:
+        value = {"type": "record", "name": "Value", "fields": [
+            {"name": "id", "type": "int"}, {"name": "b", "type": ["null", b_type]}]}
+        return envelope("Envelope", [value], "Value", namespace=TOPIC)
+    old = version({"type": "int", "connect.name": "io.debezium.time.Date"})
+    latest = version({"type": "long", "connect.name": "io.debezium.time.MicroTimestamp"})
+    values = [avro_json(old, {"before": None, "after": {"id": 1, "b": 19000},
+                              "source": SOURCE_VALUES, "op": "c", "ts_ms": 1}),
+              avro_json(latest, {"before": None, "after": {"id": 2, "b": 1700000000123456},
+                                 "source": {**SOURCE_VALUES,
+                                            "commit_lsn": "00000027:00000758:0006"},
+                                 "op": "c", "ts_ms": 1})]
+    records = [RawRecord(TOPIC, 0, n, None, f'{{"id":{n + 1}}}'.encode(), value)
+               for n, value in enumerate(values)]
+    stream = Stream(records, [(TOPIC, 0)], {f"{TOPIC}-value": latest}, "bytes")  # type: ignore[dict-item]
+    lines, dead = run_both(stream)[0][:2]
+    assert [json.loads(line)["after"] for line in lines.splitlines()] == [
+        {"id": 2, "b": "2023-11-14T22:13:20.123456"}]
+    assert [d[2] for d in dead] == [0] and "union branch 'int'" in dead[0][-1]

@@ -200,6 +200,31 @@ class _AvroJsonRows:
         self.schema = schema
         self._rows = rows
         self._bytes = tuple(c.name for c in schema.columns if c.connect_type == "bytes")
+        self._branches = {c.name: _AVRO_BRANCH[c.connect_type] for c in schema.columns
+                          if c.connect_type in _AVRO_BRANCH}
+
+    def check_branches(self, doc: dict[str, Any]) -> None:
+        """The union branches an Avro-JSON datum names for its row columns (``{"int": 19000}``)
+        are those of this schema's columns: a value written with another version of the
+        schema (the subject's latest is all a dump without schema ids gives) is refused, not
+        read as this version's type."""
+        for image in ("before", "after"):
+            wrapped = doc.get(image)
+            if wrapped.__class__ is not dict or len(wrapped) != 1:
+                continue
+            (row,) = wrapped.values()
+            if row.__class__ is not dict:
+                continue
+            for name, value in row.items():
+                if value.__class__ is dict and len(value) == 1:
+                    (branch,) = value
+                    expected = self._branches.get(name)
+                    if expected is not None and branch in _AVRO_PRIMITIVES \
+                            and branch != expected:
+                        raise ValueConversionError(
+                            f"column {name!r}: Avro-JSON union branch {branch!r}, but the "
+                            f"subject's latest schema has {expected!r} (written with another "
+                            "schema version)")
 
     def decode(self, row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         for name in self._bytes:
@@ -211,6 +236,11 @@ class _AvroJsonRows:
                     raise
         return self._rows.decode(row)
 
+
+_AVRO_BRANCH = {"int8": "int", "int16": "int", "int32": "int", "int64": "long",
+                "float32": "float", "float": "float", "float64": "double", "double": "double",
+                "boolean": "boolean", "string": "string", "bytes": "bytes"}
+"""The Avro type (a union branch's name) the AvroConverter writes for each Connect type."""
 
 _ENVELOPE_FIELDS: Projection = {
     **dict.fromkeys(Envelope.__struct_fields__),

@@ -339,9 +339,12 @@ class Decoder:
                       columns: tuple[str, ...] | None) -> ChangeEvent | SideRecord:
         if not isinstance(doc, dict):
             raise EnvelopeError(f"payload is not an object: {type(doc).__name__}")
+        original = doc
         doc, avro_json = unwrap_avro_json(doc)
         if avro_json and rows is None:
             rows = self.avro.json_rows(record.topic, self)
+            if rows is not None:
+                rows.check_branches(original)
             columns = rows.schema.column_names if rows is not None else None
         if "op" not in doc:
             side = side_record_of_envelope(doc, record)
