@@ -81,6 +81,8 @@ def _value_maker(column: SqlColumn, rng: random.Random) -> Callable[[], Any]:
     bits = (10**precision - 1).bit_length()
     bounded = 10**precision - 1
     bits_of = rng.getrandbits
+    declared = re.search(r"\((\d+)\)", column.sql_type)
+    fraction_digits = int(declared.group(1)) if declared else 7
 
     def decimal_text() -> str:
         return format_decimal((bits_of(bits) % bounded) * (1 - 2 * bits_of(1)), scale)
@@ -97,9 +99,9 @@ def _value_maker(column: SqlColumn, rng: random.Random) -> Callable[[], Any]:
         "varchar": lambda: "-".join(_WORDS[bits_of(2)] for _ in range(1 + bits_of(2))),
         "nvarchar": lambda: " ".join(_WORDS[bits_of(3)] for _ in range(1 + bits_of(3))),
         "datetime": lambda: _timestamp_text(rng, 3),
-        "datetime2": lambda: _timestamp_text(rng, sizes[0] if sizes else 7),
+        "datetime2": lambda: _timestamp_text(rng, fraction_digits),
         "date": lambda: _timestamp_text(rng, 0)[:10],
-        "time": lambda: _timestamp_text(rng, sizes[0] if sizes else 7)[11:],
+        "time": lambda: _timestamp_text(rng, fraction_digits)[11:],
         "bit": lambda: bool(bits_of(1)),
         "uniqueidentifier": lambda: str(uuid.UUID(int=bits_of(128))).upper(),
         "varbinary": lambda: base64.b64encode(rng.randbytes(bits_of(6))).decode(),
