@@ -25,7 +25,10 @@ whole event into a
 logicalid's second part) → ``commit_lsn``; ``sequencenumber`` (or the logicalid's third part) →
 ``tx.total_order``; ``beginlsn`` → ``tx.begin_lsn``; ``tx.id`` = the commit LSN (Debezium's
 transaction id); ``tx.data_collection_order`` = the event's ordinal among the events of the same
-transaction and table this decoder saw (derived; CES has no such field).
+transaction and table this decoder saw (derived; CES has no such field). Only ``type``
+``com.microsoft.SQL.CES.DML.V1`` with ``specversion`` ``"1.0"`` is decoded. A ``UPD`` whose ``cols``
+are a strict subset of the table's version last seen (``@include_all_columns = 0``) reports the
+other columns of that version as unavailable (docs/ces.md).
 
 CES has no change LSN. So that the events of one transaction keep their order and are never
 taken for duplicates or for the two halves of one key change, ``change_lsn`` is the sequence
@@ -56,8 +59,9 @@ from debezium_bridge.errors import (
     RecordError,
 )
 from debezium_bridge.formats.ces.envelope import (
-    CES_TYPE_PREFIX,
+    CES_TYPE,
     HALF_HEADER,
+    SPEC_VERSION,
     parse_data,
     parse_envelope,
     parse_row,
@@ -98,12 +102,17 @@ def epoch_ms(text: str) -> int:
         days = dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3))).toordinal() - _EPOCH
     except ValueError as exc:
         raise EnvelopeError(f"CES time {text!r:.40}: {exc}") from exc
-    seconds = days * 86400 + int(m.group(4)) * 3600 + int(m.group(5)) * 60 + int(m.group(6))
-    ms = int((m.group(7) or "0")[:3].ljust(3, "0"))
+    hour, minute, second = int(m.group(4)), int(m.group(5)), int(m.group(6))
     zone = (m.group(8) or "Z").upper()
+    zone_hour, zone_minute = (0, 0) if zone == "Z" else (int(zone[1:3]), int(zone[4:6]))
+    if hour > 23 or minute > 59 or second > 60 or zone_hour > 23 or zone_minute > 59:
+        raise EnvelopeError(f"CES time {text!r:.40}: hour, minute, second or offset out of "
+                            "range (RFC 3339)")
+    seconds = days * 86400 + hour * 3600 + minute * 60 + second
+    ms = int((m.group(7) or "0")[:3].ljust(3, "0"))
     if zone != "Z":
         sign = -1 if zone[0] == "-" else 1
-        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+        seconds -= sign * (zone_hour * 3600 + zone_minute * 60)
     return seconds * 1000 + ms
 
 
@@ -127,12 +136,15 @@ def _logical_id_parts(logical_id: Any) -> tuple[str | None, int | None]:
 
 
 class _CesRows:
-    """Row texts of one ``cols`` list → canonical rows (the ``RowDecoderLike`` of build_event)."""
+    """Row texts of one ``cols`` list → canonical rows (the ``RowDecoderLike`` of build_event).
+    Absent ``unlisted`` columns (left out of a partial ``UPD``) are always unavailable."""
 
-    __slots__ = ("absent_unavailable", "names", "parsers")
+    __slots__ = ("absent_unavailable", "names", "parsers", "unlisted")
 
-    def __init__(self, columns: tuple[CatalogColumn, ...], absent_unavailable: bool) -> None:
+    def __init__(self, columns: tuple[CatalogColumn, ...], absent_unavailable: bool,
+                 unlisted: frozenset[str]) -> None:
         self.names = tuple(c.name for c in columns)
+        self.unlisted = unlisted
         self.parsers: dict[str, Parse] = {}
         for column in columns:
             try:
@@ -162,11 +174,12 @@ class _CesRows:
                 out[name] = self.value(name, row[name])
             else:
                 out[name] = None
-                absent.append(name)
+                if self.absent_unavailable or name in self.unlisted:
+                    absent.append(name)
         for name, text in row.items():
             if name not in out:
                 out[name] = self.value(name, text)
-        return out, tuple(absent) if self.absent_unavailable else ()
+        return out, tuple(absent)
 
 
 class CesDecoder:
@@ -178,6 +191,8 @@ class CesDecoder:
         self.options = options or DEFAULT_OPTIONS
         self.catalog = catalog
         self._rows: dict[tuple[Any, ...], _CesRows] = {}
+        self._tables: dict[TableRef, tuple[CatalogColumn, ...]] = {}
+        """The columns of each table's version last seen (see :meth:`_table_columns`)."""
         self._orders: OrderedDict[str, dict[str, dict[int, int]]] = OrderedDict()
 
     def decode(self, record: RawRecord, doc: dict[str, Any] | None = None
@@ -194,8 +209,12 @@ class CesDecoder:
         if doc is None:
             doc = parse_envelope(record.value or b"")
         kind = doc.get("type")
-        if not (isinstance(kind, str) and kind.startswith(CES_TYPE_PREFIX)):
-            raise EnvelopeError(f"not a CES event: type {kind!r:.60}")
+        if kind != CES_TYPE:
+            raise EnvelopeError(f"unsupported CES event type {kind!r:.60} (only {CES_TYPE} "
+                                "is documented)")
+        if doc.get("specversion") != SPEC_VERSION:
+            raise EnvelopeError(f"unsupported CloudEvents specversion "
+                                f"{doc.get('specversion')!r:.20} (CES writes {SPEC_VERSION!r})")
         index, final, _ = segment_info(doc)
         if not final or index > 1:
             raise EnvelopeError(f"CES segment {index} (final={final}) of logicalid "
@@ -211,10 +230,13 @@ class CesDecoder:
         db, schema, table = source.get("db"), source.get("schema"), source.get("tbl")
         if not all(isinstance(x, str) for x in (db, schema, table)):
             raise EnvelopeError("CES eventsource lacks db/schema/tbl")
-        columns = self._columns(source.get("cols"))
-        rows = self._rows_for(columns)
+        table_ref = TableRef(db, schema, table)
+        listed = self._columns(source.get("cols"))
+        columns = self._table_columns(table_ref, listed, operation == "UPD")
+        unlisted = frozenset(c.name for c in columns) - {c.name for c in listed}
+        rows = self._rows_for(columns, unlisted)
         if self.catalog is not None and columns:
-            self.catalog.add(TableRef(db, schema, table), columns)
+            self.catalog.add(table_ref, columns)
         # transaction
         transaction = source.get("transaction")
         lid_commit, lid_sequence = _logical_id_parts(doc.get("logicalid"))
@@ -244,6 +266,11 @@ class CesDecoder:
         old = parse_row(row_data.get("old"))
         current = parse_row(row_data.get("current"))
         key = self._key(source.get("pkkey") or [], rows)
+        if unlisted & key.keys():  # an unlisted key column did not change: pkkey has it
+            texts = {item["columnname"]: item.get("value") for item in source["pkkey"]}
+            same = {name: texts[name] for name in unlisted & key.keys()}
+            old = None if old is None else same | old
+            current = None if current is None else same | current
         half = record.header(HALF_HEADER)
         old_key = None
         if old and key:
@@ -294,14 +321,30 @@ class CesDecoder:
                                  index if isinstance(index, int) else position))
         return tuple(out)
 
-    def _rows_for(self, columns: tuple[CatalogColumn, ...]) -> _CesRows:
-        cache_key = (columns, self.options.absent_columns)
+    def _table_columns(self, table: TableRef, listed: tuple[CatalogColumn, ...],
+                       update: bool) -> tuple[CatalogColumn, ...]:
+        """The table's columns for an event listing ``listed``. A ``UPD`` listing a strict subset
+        (same names, types and indices) of the table version last seen was written with
+        ``@include_all_columns = 0`` ("only includes columns that have changed"): that version's
+        columns. Any other ``cols`` is the table's current version."""
+        known = self._tables.get(table)
+        if update and listed and known is not None and set(listed) < set(known):
+            return known
+        if listed:
+            if len(self._tables) > 4096:
+                self._tables.clear()
+            self._tables[table] = listed
+        return listed
+
+    def _rows_for(self, columns: tuple[CatalogColumn, ...], unlisted: frozenset[str]
+                  ) -> _CesRows:
+        cache_key = (columns, unlisted, self.options.absent_columns)
         rows = self._rows.get(cache_key)
         if rows is None:
             if len(self._rows) > 4096:
                 self._rows.clear()
             rows = self._rows[cache_key] = _CesRows(
-                columns, self.options.absent_columns == "unavailable")
+                columns, self.options.absent_columns == "unavailable", unlisted)
         return rows
 
     @staticmethod

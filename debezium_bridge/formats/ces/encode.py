@@ -18,7 +18,8 @@ Field by field (docs/ces.md; options in
   ``tx.total_order`` when Debezium's transaction block is present (exact), else **derived**: the
   1-based ordinal of the event among the consecutive records with the same commit LSN that this
   encoder saw (exact when whole transactions pass through one encoder in position order, as the
-  translator releases them; a merged key change counts once, or twice as DEL + INS).
+  translator releases them; a merged key change counts once, or twice as DEL + INS). CES
+  input written with ``key_changes=delete-insert``: doubled (:meth:`CesEncoder._spread`).
   ``finalevent``: ``false`` ("always false" in the documentation).
 * ``logicalid``: ``<guid>:<commit LSN, 20 upper-case hex digits>:<sequencenumber, 20 digits>``.
 * ``cols``: the table's columns with SQL types (:mod:`debezium_bridge.formats.columns`); ``pkkey``:
@@ -48,6 +49,7 @@ import msgspec
 
 from debezium_bridge.errors import EncodeError, RecordError
 from debezium_bridge.formats.ces import avro as ces_avro
+from debezium_bridge.formats.ces.envelope import CES_TYPE, SPEC_VERSION
 from debezium_bridge.formats.ces.options import DEFAULT_OPTIONS, CesOptions
 from debezium_bridge.formats.ces.render import Render, RenderStats, renderer
 from debezium_bridge.formats.ces.segments import split_content
@@ -61,8 +63,6 @@ from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.records import Header
 from debezium_bridge.model.sqltype import parse_type
 
-CES_TYPE = "com.microsoft.SQL.CES.DML.V1"
-SPEC_VERSION = "1.0"
 CONTENT_TYPE_HEADER = ("content-type", b"application/cloudevents+json; charset=UTF-8")
 Encoding = Literal["json", "avro"]
 
@@ -382,12 +382,24 @@ class CesEncoder:
             self._switch(commit)
         if tx is not None and tx.total_order is not None:
             last = tx.total_order
-            if events > 1 and last - events + 1 < 1:
+            if self._spread(record):
+                last *= 2
+            elif events > 1 and last - events + 1 < 1:
                 last = events
         else:
             last = self._seq_last + events
         self._seq_last = last
         return last
+
+    def _spread(self, record: ChangeRecord) -> bool:
+        """Does the record's transaction need doubled sequence numbers? CES input counts a key
+        change once, so with ``key_changes=delete-insert`` every event of CES origin (its
+        change LSN in VLF 0) takes ``2 * sequencenumber`` and the delete half of a key change
+        ``2 * sequencenumber - 1``: unique within the transaction, in order, and the same on
+        every run (docs/ces.md)."""
+        change = record.position.change_lsn
+        return self.options.key_changes == "delete-insert" and change is not None \
+            and change.startswith(_SYNTHETIC_LSN_PREFIX)
 
     def _switch(self, commit: str | None) -> None:
         """Remember where the current commit stopped; continue ``commit`` where it stopped."""

@@ -17,7 +17,9 @@ HALF_HEADER = "debezium-bridge.ces.half"
 (``delete`` / ``create``)."""
 
 
-CES_TYPE_PREFIX = "com.microsoft.SQL.CES."
+CES_TYPE = "com.microsoft.SQL.CES.DML.V1"
+"""The one event type CES documents ("current latest schema version is 1"; no DDL events)."""
+SPEC_VERSION = "1.0"
 
 
 json_decode = msgspec.json.decode

@@ -373,7 +373,8 @@ def renderer(sql_type: SqlType, options: CesOptions, stats: RenderStats | None =
 
 
 def _parse_int(text: str) -> int:
-    if text.isascii() and text.lstrip("-").isdigit():
+    digits = text[1:] if text[:1] == "-" else text
+    if digits.isascii() and digits.isdigit():
         return int(text)
     raise ValueConversionError(f"invalid integer {text!r}")
 
@@ -409,7 +410,12 @@ def _float_parser(single: bool) -> Parse:
             raise ValueConversionError(f"invalid float {text!r}") from None
         if not math.isfinite(number):
             raise ValueConversionError(f"invalid float {text!r}")
-        return float32(number) if single else number
+        if not single:
+            return number
+        try:
+            return float32(number)
+        except OverflowError:
+            raise ValueConversionError(f"real out of range: {text!r:.40}") from None
 
     return parse
 
