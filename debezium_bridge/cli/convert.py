@@ -241,6 +241,9 @@ class Conversion:
     """One run of ``convert``; :meth:`run` returns the exit code. Interrupted or stopped by a
     service error, it still writes what was released and reports the counters."""
 
+    needs_pairs = False
+    """Whether the run needs key changes paired whatever it writes (``net`` does)."""
+
     def __init__(self, config: ConvertConfig, progress_stream: IO[str] | None = None) -> None:
         self.config = config
         self.progress_stream = progress_stream or sys.stderr
@@ -332,9 +335,19 @@ class Conversion:
                               "--cdc.capture-instances FILE (see docs/cdc.md)")
         instances = load_capture_instances(config.cdc.capture_instances, config.cdc.database)
         return CdcPipeline(instances, config.cdc,
-                           TranslatorConfig(pair_key_changes=config.pair_key_changes,
+                           TranslatorConfig(pair_key_changes=self._cdc_pairing(),
                                             max_pending=config.max_pending,
                                             dedupe_capacity=config.dedupe_capacity))
+
+    def _cdc_pairing(self) -> bool:
+        """``pair_key_changes`` for change-table rows: as set, else off when the records are
+        written as Debezium envelopes. The connector keeps a delete and an insert at one
+        position apart (``d`` + tombstone + ``c``, even with equal keys), and the unpaired
+        halves are written so, key-change headers included (docs/cdc.md)."""
+        config = self.config
+        if "pair_key_changes" in config.model_fields_set or self.needs_pairs:
+            return config.pair_key_changes
+        return config.format not in (OutputFormat.DEBEZIUM, OutputFormat.DEBEZIUM_AVRO)
 
     def run(self) -> int:
         config = self.config

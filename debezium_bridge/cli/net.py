@@ -73,6 +73,8 @@ class NetConfig(ConvertConfig):
 class NetRun(Conversion):
     """One run of ``net``: translate the inputs, then write the window's net changes."""
 
+    needs_pairs = True  # a key change's net rows carry values across it
+
     def __init__(self, config: NetConfig) -> None:
         super().__init__(config)
         self.net_config = config

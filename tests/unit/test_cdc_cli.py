@@ -93,6 +93,56 @@ def test_convert_to_debezium_envelopes(tmp_path: Path) -> None:
     assert first["after"]["amount"] == base64.b64encode(bytes([0x00, 0x96])).decode()
 
 
+def _envelopes(path: Path) -> list[tuple[Any, ...]]:
+    """(op, event_serial_no, key, __debezium.* header names) of each record; tombstones as
+    ("tombstone", None, key, headers)."""
+    with read_dump(str(path)) as reader:
+        records = [r for r in reader if isinstance(r, RawRecord)]
+    out = []
+    for r in records:
+        key = json.loads(r.key)["payload"] if r.key else None
+        names = sorted(n for n, _ in r.headers if n.startswith("__debezium."))
+        if r.value is None:
+            out.append(("tombstone", None, key, names))
+        else:
+            p = json.loads(r.value)["payload"]
+            out.append((p["op"], p["source"]["event_serial_no"], key, names))
+    return out
+
+
+def test_equal_key_delete_and_insert_are_written_as_the_connector_writes_them(
+        tmp_path: Path) -> None:
+    """Reference §3 Case A and §2.2: a delete row and an insert row at one __$seqval (MERGE,
+    a deferred update; MS-CT) are emitted by the connector as d (serial 1) + tombstone + c
+    (serial 2), also when the key is the same; a 3 + 4 pair whose keys differ (Case B) as d +
+    tombstone + c at serial 2 with __debezium.newkey / oldkey headers. Canonical output folds
+    the equal-key pair into a plain update (SPEC §4), and an explicit --pair-key-changes does so
+    for Debezium output too."""
+    lines = [HEADER]
+    for op, key, name in ((1, 1, "a"), (2, 1, "b")):  # same-key delete + insert
+        lines.append(f"0x0000002500000D080010,NULL,0x0000002500000D080011,{op},0x1F,{key},"
+                     f"{name},1.00,NULL,0,1,2024-01-02 03:04:05.000")
+    for op, key in ((3, 1), (4, 8)):  # an update of the key column: Case B
+        lines.append(f"0x0000002500000D080020,NULL,0x0000002500000D080021,{op},0x01,{key},"
+                     "b,1.00,NULL,0,1,2024-01-02 03:04:06.000")
+    export = tmp_path / "rows.csv"
+    export.write_text("\n".join(lines) + "\n")
+    args = ["convert", str(export), "--cdc.capture-instances", describe(tmp_path)]
+    dbz = tmp_path / "dbz.jsonl"
+    assert main([*args, "--to", "debezium", "-o", str(dbz)]) == 0
+    assert _envelopes(dbz) == [
+        ("d", 1, {"id": 1}, []), ("tombstone", None, {"id": 1}, []), ("c", 2, {"id": 1}, []),
+        ("d", 2, {"id": 1}, ["__debezium.newkey"]),
+        ("tombstone", None, {"id": 1}, ["__debezium.newkey"]),
+        ("c", 2, {"id": 8}, ["__debezium.oldkey"])]
+    assert main([*args, "--to", "debezium", "--pair-key-changes", "-o", str(dbz)]) == 0
+    assert [e[:2] for e in _envelopes(dbz)][:1] == [("u", 2)]
+    out = tmp_path / "out.jsonl"
+    assert main([*args, "-o", str(out)]) == 0
+    assert [(r["op"], r["key"], r["key_changed"]) for r in _lines(out)] == [
+        ("update", {"id": 1}, False), ("update", {"id": 8}, True)]
+
+
 def test_bad_rows_go_to_the_dlq_and_fail_on_error(tmp_path: Path) -> None:
     model = _model()
     export = tmp_path / "rows.csv"

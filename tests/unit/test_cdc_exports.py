@@ -100,6 +100,27 @@ def test_csv_values_longer_than_pythons_default_field_limit(tmp_path: Path) -> N
     assert change.after is not None and change.after["v"] == big
 
 
+def test_rows_that_are_not_utf8_are_dead_letters_not_replacement_characters(
+        tmp_path: Path) -> None:
+    """SQLCMD: sqlcmd writes the console code page unless told -f 65001 (UTF-8) or -u
+    (Unicode); in Windows-1252 "café" ends in the byte 0xE9, which UTF-8 cannot start a
+    character with followed by ",". Such a row is a cdc-read dead letter carrying its bytes as
+    read (docs/cdc.md "Bad input"); the UTF-8 rows around it (a BOM first) are read, "é"
+    included; a JSON line with the same byte is a dead letter too."""
+    data = (b"\xef\xbb\xbf" + HEADER.encode() + _insert(2, 1, "caf\u00e9", "ab").encode()
+            + _insert(3, 2, "caf", "ab").encode().replace(b"caf", b"caf\xe9")
+            + _insert(4, 3, "ok", "ab").encode())
+    result = run(data, tmp_path, description=TABLE, source="dbo_t_CT.csv")
+    assert [c.after["v"] for c in result.changes if c.after] == ["caf\u00e9", "ok"]
+    [dead] = result.dead
+    assert (dead.stage, dead.record.offset) == ("cdc-read", 3)
+    assert dead.record.value is not None and b"caf\xe9," in dead.record.value
+    json_rows = (b'{"__$start_lsn":"0x0000000A00000D080010","__$seqval":"0x0000000A00000D080002",'
+                 b'"__$operation":2,"__$update_mask":"0x07","id":1,"v":"caf\xe9","c":"ab"}\n')
+    result = run(json_rows, tmp_path, description=TABLE, source="dbo_t_CT.jsonl")
+    assert not result.changes and result.stages == ["cdc-read"]
+
+
 def test_sqlcmd_w_export_values_are_read_as_written(tmp_path: Path) -> None:
     """SQLCMD: with -W (docs/cdc.md's invocation) sqlcmd writes no padding and prints NULL as
     NULL, so leading spaces are data, an empty field is the empty string and NULL is NULL."""

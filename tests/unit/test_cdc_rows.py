@@ -11,15 +11,24 @@ those rules and the rows given, never from the program's output.
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from debezium_bridge.core.pipeline import CdcPipeline
 from debezium_bridge.errors import ConfigError
-from debezium_bridge.formats.cdc import is_cdc_export, load_capture_instances, mask_of
+from debezium_bridge.formats.cdc import (
+    CdcSettings,
+    decode,
+    is_cdc_export,
+    load_capture_instances,
+    mask_of,
+)
 from debezium_bridge.formats.cdc.decode import mask_bit
+from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.output import Output
 from tests.unit.cdc_model import mask_hex
 from tests.unit.cdc_support import row, run
@@ -153,6 +162,35 @@ def test_repeated_rows_are_duplicates_and_conflicting_copies_dead_letters(tmp_pa
     assert result.stages == ["cdc-duplicate"]
 
 
+def test_overlapping_exports_repeat_translated_transactions_as_duplicates(
+        tmp_path: Path) -> None:
+    """docs/cdc.md "Duplicates": a row repeated with the same (__$start_lsn, __$command_id,
+    __$seqval, __$operation) and identical fields — overlapping exports, here a second export
+    starting two transactions back — is a duplicate, also when its transaction was already
+    translated; a different copy is a cdc-duplicate dead letter, and a row of such a
+    transaction that was not read before is out of order (cdc-order)."""
+    txs = [row(A + 16 * i, A + 16 * i + 1, 2, ALL, **_base(i), extra=["ignored"])
+           for i in range(1, 6)]  # an extra column (ignored) with a JSON array in it
+    first, second = txs[:3], txs[1:]
+    changed = {**txs[1], "name": "other"}
+    unseen = row(A + 16 * 2, A + 16 * 2 + 5, 2, ALL, **_base(9))
+    result = run([*first, *second, changed, unseen], tmp_path)
+    assert [c.key["id"] for c in result.changes] == [1, 2, 3, 4, 5]
+    assert result.counters.duplicates == 2
+    assert result.stages == ["cdc-duplicate", "cdc-order"]
+
+
+def test_repeats_of_rows_no_longer_remembered_are_out_of_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/cdc.md "Duplicates": translated rows are remembered up to a bound; a repeat from
+    further back cannot be compared and is a cdc-order dead letter (never silently dropped)."""
+    monkeypatch.setattr(decode, "REMEMBERED_ROWS", 2)
+    txs = [row(A + 16 * i, A + 16 * i + 1, 2, ALL, **_base(i)) for i in range(1, 5)]
+    result = run([*txs, txs[0], txs[2]], tmp_path)
+    assert [c.key["id"] for c in result.changes] == [1, 2, 3, 4]
+    assert result.stages == ["cdc-order"] and result.counters.duplicates == 1
+
+
 def test_sort_input_accepts_unordered_exports(tmp_path: Path) -> None:
     """cdc.sort_input: rows of a _CT export without ORDER BY are sorted first."""
     rows = [row(B + 10, B + 2, 2, ALL, **_base(2)), row(A + 10, A + 2, 2, ALL, **_base(1))]
@@ -227,6 +265,31 @@ def test_deleted_rows_keep_max_values_and_text_columns_stay_null(tmp_path: Path)
     change = run(rows, tmp_path, description=description).changes[0]
     assert change.before == {"id": 1, "body": "kept", "old": None}
     assert change.unavailable_columns == []
+
+
+def test_null_of_a_column_of_unknown_type_is_a_value(tmp_path: Path) -> None:
+    """MS-CT: only LOB columns (image, text, ntext; (max) in row 3) are left NULL by an update
+    that did not change them; every other column has its value. With only the
+    sp_cdc_help_change_data_capture result set the types are unknown: an unchanged NULL is the
+    column's value (docs/cdc.md), not a LOB that was not sent, so Debezium output has no
+    unavailable placeholder in it."""
+    (tmp_path / "help.json").write_text(
+        '[{"source_schema":"dbo","source_table":"t","capture_instance":"dbo_t",'
+        '"index_column_list":"[id]","captured_column_list":"[id], [v], [qty]"}]')
+    pipeline = CdcPipeline(load_capture_instances([tmp_path / "help.json"]),
+                           CdcSettings(database="db1"))
+    when = {"__$commit_time": "2024-01-02 03:04:05.123"}
+    rows = [row(A + 10, A + 2, 3, mask_hex([2], 3), id=1, v="a", qty=None, **when),
+            row(A + 10, A + 2, 4, mask_hex([2], 3), id=1, v="b", qty=None, **when)]
+    data = b"".join(msgspec.json.encode(r) + b"\n" for r in rows)
+    [change] = pipeline.translate_file(io.BytesIO(data), "dbo_t_CT.jsonl")
+    assert isinstance(change, ChangeRecord)
+    assert change.unavailable_columns == []
+    assert change.before == {"id": "1", "v": "a", "qty": None}
+    assert change.after == {"id": "1", "v": "b", "qty": None}
+    [record] = Output(["debezium"], catalog=pipeline.catalog).encode(change)
+    payload = msgspec.json.decode(record.value)["payload"]  # type: ignore[arg-type]
+    assert (payload["before"]["qty"], payload["after"]["qty"]) == (None, None)
 
 
 def test_computed_columns_are_null(tmp_path: Path) -> None:

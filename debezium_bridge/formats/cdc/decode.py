@@ -35,7 +35,8 @@ This is what ``SqlServerStreamingChangeEventSource#executeIteration`` does with 
    ``ntext``, ``image``, ``xml``: the types the JDBC driver reports as LONG*) that is NULL in an
    update row while its update-mask bit is 0 was not changed and not sent
    (``SqlServerChangeTablePointer``: the unavailable placeholder from 3.6): it is listed in
-   ``unavailable_columns``, never a NULL value.
+   ``unavailable_columns``, never a NULL value. A column whose type is not described is not
+   taken for a LOB: its NULL is a value.
 6. **changed_columns** of an update are the captured columns whose bit is set in
    ``__$update_mask`` (bit *n* = ``column_ordinal`` *n*, the lowest bit of the last byte first,
    as ``sys.fn_cdc_is_bit_set`` reads it). A mask that is not hex/base64, that sets bits beyond
@@ -47,13 +48,16 @@ This is what ``SqlServerStreamingChangeEventSource#executeIteration`` does with 
    there on hold changes the newer one has, and count as duplicates.
 8. **Duplicates.** A row repeated with the same ``(__$start_lsn, __$command_id, __$seqval,
    __$operation)`` and identical fields (overlapping exports) is dropped and counted as a
-   duplicate; a copy with different fields is a dead letter (stage ``cdc-duplicate``).
+   duplicate; a copy with different fields is a dead letter (stage ``cdc-duplicate``). This
+   holds for a transaction already translated too, among the last ``REMEMBERED_ROWS`` rows
+   (beyond them, a row going back is a ``cdc-order`` dead letter).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -98,6 +102,9 @@ from debezium_bridge.model.schema import TableSchema
 __all__ = ["CdcDecoder", "EventSink", "mask_columns", "mask_of", "prepare"]
 
 DELETE, INSERT, UPDATE_OLD, UPDATE_NEW = 1, 2, 3, 4
+REMEMBERED_ROWS = 100_000
+"""Rows of translated transactions remembered (as hashes of their identity and fields), so that
+the same row again in an overlapping export is known for a duplicate."""
 _LOB_BASES = frozenset({"text", "ntext", "image", "xml"})
 """Types the SQL Server JDBC driver reports as LONGVARCHAR/LONGNVARCHAR/LONGVARBINARY, like the
 ``(max)`` types (``SqlServerDatabaseSchema#isMaxColumnJdbcType``)."""
@@ -205,7 +212,10 @@ class PreparedTable:
                 self.dropped.append(name)  # the connector drops columns it cannot map
                 continue
             encode = sql_value_encoder(sql, DEFAULT_MODES)
-            lob = spec.length == -1 or spec.base in _LOB_BASES
+            # MS-CT: only LOB columns are left NULL when an update did not change them; a
+            # column of unknown type (sp_cdc_help_change_data_capture) is not taken for one
+            lob = captured.sql_type is not None and (spec.length == -1
+                                                     or spec.base in _LOB_BASES)
             columns.append(_Column(name, captured.ordinal, _parser(spec.base), encode, lob,
                                    encode(UNAVAILABLE_VALUE) if lob else None))
         self.columns = columns
@@ -255,6 +265,19 @@ class _Row(msgspec.Struct, gc=False):
     @property
     def order(self) -> tuple[int, bytes, int]:
         return (self.command_id or 0, self.seqval, self.op)
+
+    @property
+    def digest(self) -> int:
+        """A hash of the row's fields, in any column order (equal as the fields compare)."""
+        fields = self.source.fields
+        try:
+            return hash(frozenset(fields.items()))
+        except TypeError:  # a JSON array or object in a value
+            return hash(_FIELDS.encode(sorted(fields.items(), key=lambda kv: kv[0])))
+
+    def identity(self, instance: str) -> int:
+        """A hash of the row's place in the change table of ``instance``."""
+        return hash((instance, self.start, self.order))
 
 
 class _Unit(msgspec.Struct, gc=False):
@@ -307,6 +330,15 @@ class _Stream:
         self.serial = 0
 
 
+_FIELDS = msgspec.json.Encoder(decimal_format="number")
+
+
+def _different_copy(row: _Row) -> RowError:
+    return RowError(f"a second, different row at __$start_lsn {format_lsn(row.start)} "
+                    f"__$seqval {format_lsn(row.seqval)} __$operation {row.op}",
+                    stage="cdc-duplicate")
+
+
 def _raw_record(row: CdcRow, time_ms: int | None = None) -> RawRecord:
     return RawRecord(row.source, 0, row.line, time_ms, None, row.raw)
 
@@ -328,6 +360,10 @@ class CdcDecoder:
         self._sort_all = s.sort_input or s.transaction_metadata
         self._streams: dict[str, _Stream] = {}
         self._tx: dict[bytes, tuple[int, dict[str, int]]] = {}
+        self._translated: OrderedDict[int, int] = OrderedDict()
+        """Identity → digest of the rows of translated transactions, the last
+        :data:`REMEMBERED_ROWS` (hashes: a collision can only make a dead letter's stage
+        ``cdc-duplicate`` rather than ``cdc-order``)."""
         self._offset = s.offset_minutes
         self._time_fields = (("tran_begin_time", "__$tran_begin_time")
                              if s.source_time == "tran_begin_time"
@@ -360,7 +396,19 @@ class CdcDecoder:
             stream.current = parsed.start
             stream.buffer.append(parsed)
         else:
-            self._reject(row, RowError(
+            self._gone_back(parsed, instance, current)
+
+    def _gone_back(self, parsed: _Row, instance: str, current: bytes) -> None:
+        """A row of a transaction before the open one: a repeat of a translated row (an
+        overlapping export) is a duplicate, or a different copy of it; anything else is out of
+        order."""
+        digest = self._translated.get(parsed.identity(instance))
+        if digest == parsed.digest:
+            self.sink.drop_duplicate()
+        elif digest is not None:
+            self._reject(parsed.source, _different_copy(parsed))
+        else:
+            self._reject(parsed.source, RowError(
                 f"__$start_lsn {format_lsn(parsed.start)} after {format_lsn(current)}: rows must "
                 "come in __$start_lsn order (export with ORDER BY __$start_lsn, or set "
                 "cdc.sort_input)", stage="cdc-order"))
@@ -476,9 +524,12 @@ class CdcDecoder:
         """Translate the buffered transaction of each stream (one commit LSN), tables merged
         by position as the connector merges its cursors."""
         unit_lists = []
-        for stream in streams.values():
+        for name, stream in streams.items():
             rows, stream.buffer, stream.current = stream.buffer, [], None
-            unit_lists.append(self._units(self._deduplicated(rows), stream.table))
+            rows = self._deduplicated(rows)
+            if not self._sort_all:  # sorted input never goes back
+                self._remember(name, rows)
+            unit_lists.append(self._units(rows, stream.table))
         if len(unit_lists) == 1:
             merged: Iterable[_Unit] = unit_lists[0]
         else:
@@ -492,6 +543,13 @@ class CdcDecoder:
         events.sort(key=lambda item: (item[0].sort_key, item[0].op != "d"))
         self.sink.process_events(events)
 
+    def _remember(self, instance: str, rows: list[_Row]) -> None:
+        translated = self._translated
+        for row in rows:
+            translated[row.identity(instance)] = row.digest
+        while len(translated) > REMEMBERED_ROWS:
+            translated.popitem(last=False)
+
     def _deduplicated(self, rows: list[_Row]) -> list[_Row]:
         rows.sort(key=lambda r: r.order)
         out: list[_Row] = []
@@ -500,10 +558,7 @@ class CdcDecoder:
                 if dict(out[-1].source.fields) == dict(row.source.fields):
                     self.sink.drop_duplicate()
                 else:
-                    self._reject(row.source, RowError(
-                        f"a second, different row at __$start_lsn {format_lsn(row.start)} "
-                        f"__$seqval {format_lsn(row.seqval)} __$operation {row.op}",
-                        stage="cdc-duplicate"))
+                    self._reject(row.source, _different_copy(row))
                 continue
             out.append(row)
         return out

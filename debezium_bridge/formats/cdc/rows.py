@@ -11,10 +11,13 @@ lines, and JSON arrays (``FOR JSON``).
   <captured columns>, __$command_id``, or the function's ``__$start_lsn, __$seqval,
   __$operation, __$update_mask, <captured columns>``), told apart by the number of fields,
   unless ``cdc.columns`` names them. Fields in ``cdc.null_values`` are NULL (in a ``sqlcmd``
-  export, all but the empty field); bcp's NUL character is the empty string. UTF-16 files
-  (``bcp -w``) are recognised by their byte-order mark.
+  export, all but the empty field); bcp's NUL character is the empty string. Files are UTF-8
+  (``sqlcmd -f 65001``, ``bcp -C 65001``); UTF-16 files (``bcp -w``, ``sqlcmd -u``) are
+  recognised by their byte-order mark. A row that is not valid UTF-8 (a code-page export) is
+  a :class:`RowReadError`, not text with replacement characters.
 * **JSON.** One object per line, or one array of objects (``FOR JSON PATH``; absent keys are
-  NULL, as ``FOR JSON`` leaves NULLs out). Numbers with a fraction or an exponent are read as
+  NULL, as ``FOR JSON`` leaves NULLs out), in UTF-8: a line (or an array) that is not is a
+  :class:`RowReadError`. Numbers with a fraction or an exponent are read as
   :class:`~decimal.Decimal`, exactly as written.
 
 Readers yield :class:`CdcRow` items and, for lines that cannot be read, :class:`RowReadError`
@@ -113,27 +116,55 @@ def _default_columns(count: int, instance: CaptureInstance | None) -> list[str] 
     return None
 
 
-class _Lines:
-    """Physical lines for ``csv.reader``, remembering those of the current record."""
+_UTF8_BOM = b"\xef\xbb\xbf"
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.current: list[str] = []
+
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    return (f"not UTF-8: byte 0x{exc.object[exc.start]:02X} at position {exc.start + 1} (export "
+            "as UTF-8, e.g. sqlcmd -f 65001, or as UTF-16, sqlcmd -u / bcp -w)")
+
+
+def _text_lines(handle: IO[bytes]) -> Iterator[tuple[str, bytes, str | None]]:
+    """Each line as text, its bytes, and why it is not UTF-8 (``None`` when it is): UTF-16
+    when the file starts with a byte-order mark, else UTF-8 (a byte-order mark skipped)."""
+    head = handle.peek(4)[:4]  # type: ignore[attr-defined]
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        for line in codecs.getreader("utf-16")(handle):
+            yield line, line.encode(), None
+        return
+    first = True
+    for raw in handle:
+        if first:
+            raw, first = raw.removeprefix(_UTF8_BOM), False
+        try:
+            yield raw.decode(), raw, None
+        except UnicodeDecodeError as exc:
+            yield raw.decode(errors="replace"), raw, _not_utf8(exc)
+
+
+class _Lines:
+    """Physical lines for ``csv.reader``, remembering those of the current record (their bytes,
+    and whether one is not UTF-8)."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.text = _text_lines(handle)
+        self.current: list[bytes] = []
+        self.error: str | None = None
         self.number = 0
 
     def __iter__(self) -> Iterator[str]:
-        for line in self.stream:
+        for line, raw, error in self.text:
             self.number += 1
-            self.current.append(line)
+            self.current.append(raw)
+            if error is not None and self.error is None:
+                self.error = f"line {self.number}: {error}"
             yield line
 
-
-def _decode_stream(handle: IO[bytes]) -> IO[str]:
-    head = handle.peek(4)[:4] if hasattr(handle, "peek") else b""
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return codecs.getreader("utf-16")(handle)  # type: ignore[return-value]
-    reader = codecs.getreader("utf-8-sig")
-    return reader(handle, "replace")  # type: ignore[return-value]
+    def take(self) -> tuple[bytes, str | None]:
+        """The current record's bytes and error; the next record starts empty."""
+        taken = b"".join(self.current), self.error
+        self.current, self.error = [], None
+        return taken
 
 
 def select_instance(instances: Mapping[str, CaptureInstance], path: str,
@@ -182,12 +213,13 @@ def read_rows(handle: IO[bytes], source: str, *, instances: Mapping[str, Capture
 def _json_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureInstance],
                wanted: str | None
                ) -> tuple[CaptureInstance | None, Iterator[CdcRow | RowReadError]]:
-    data = handle.read()
-    text = data.decode("utf-8-sig", errors="replace")
+    data = handle.read().removeprefix(_UTF8_BOM)
     items: list[tuple[int, bytes, Any]] = []
-    if text.lstrip().startswith("["):
+    if data.lstrip().startswith(b"["):
         try:
-            doc = json.loads(text, parse_float=Decimal)
+            doc = json.loads(data.decode(), parse_float=Decimal)
+        except UnicodeDecodeError as exc:
+            return None, iter([RowReadError(source, 1, data[:1024], _not_utf8(exc))])
         except ValueError as exc:
             error = RowReadError(source, 1, data[:1024], f"invalid JSON array: {exc}")
             return None, iter([error])
@@ -195,12 +227,13 @@ def _json_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureIn
             return None, iter([RowReadError(source, 1, data[:1024], "not a JSON array")])
         items = [(i + 1, _JSON_ROW.encode(obj), obj) for i, obj in enumerate(doc)]
     else:
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
+        for number, raw in enumerate(data.splitlines(), start=1):
+            if not raw.strip():
                 continue
-            raw = line.encode()
             try:
-                items.append((number, raw, json.loads(line, parse_float=Decimal)))
+                items.append((number, raw, json.loads(raw.decode(), parse_float=Decimal)))
+            except UnicodeDecodeError as exc:
+                items.append((number, raw, RowReadError(source, number, raw, _not_utf8(exc))))
             except ValueError as exc:
                 items.append((number, raw, RowReadError(source, number, raw,
                                                         f"invalid JSON: {exc}")))
@@ -235,8 +268,7 @@ def _csv_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureIns
               wanted: str | None, columns: list[str], nulls: frozenset[str]
               ) -> tuple[CaptureInstance | None, Iterator[CdcRow | RowReadError]]:
     csv.field_size_limit(_LARGEST_FIELD)
-    stream = _decode_stream(handle)
-    lines = _Lines(stream)
+    lines = _Lines(handle)
     first_line = ""
     buffered: list[str] = []
     for line in lines:
@@ -285,18 +317,14 @@ def _csv_rows(handle: IO[bytes], source: str, instances: Mapping[str, CaptureIns
     def rows() -> Iterator[CdcRow | RowReadError]:
         sqlcmd = False
         sqlcmd_nulls = nulls - {""}  # sqlcmd writes NULL as NULL: an empty field is ''
-        if pending_first is not None:
-            record_iter: Iterator[tuple[list[str], int, str]] = _records(
-                reader, lines, [(pending_first, start_line, "".join(buffered))])
-        else:
-            record_iter = _records(reader, lines, [])
+        first = [] if pending_first is None else [(pending_first, start_line, *lines.take())]
         width = len(header)
-        for cells, number, raw_text in record_iter:
-            raw = raw_text.rstrip("\r\n").encode()
-            if not cells or (len(cells) == 1 and not cells[0].strip()):
+        for cells, number, raw_bytes, error in _records(reader, lines, first):
+            raw = raw_bytes.rstrip(b"\r\n")
+            if error is not None:
+                yield RowReadError(source, number, raw, error)
                 continue
-            if cells[0].startswith("\x00csv error: "):
-                yield RowReadError(source, number, raw, cells[0][1:])
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
                 continue
             if _is_dash_line(cells):
                 sqlcmd = True
@@ -335,10 +363,14 @@ def _check_header(instance: CaptureInstance, header: Sequence[str], source: str)
                           "file belongs to)")
 
 
-def _records(reader: Any, lines: _Lines, first: list[tuple[list[str], int, str]]
-             ) -> Iterator[tuple[list[str], int, str]]:
+_Record = tuple[list[str], int, bytes, str | None]
+"""A CSV record: its fields, first line number, bytes, and why it cannot be read (or
+``None``)."""
+
+
+def _records(reader: Any, lines: _Lines, first: list[_Record]) -> Iterator[_Record]:
     yield from first
-    lines.current = []
+    lines.take()
     while True:
         start = lines.number + 1
         try:
@@ -346,9 +378,7 @@ def _records(reader: Any, lines: _Lines, first: list[tuple[list[str], int, str]]
         except StopIteration:
             return
         except csv.Error as exc:
-            yield ([f"\x00csv error: {exc}"], start, "".join(lines.current))
-            lines.current = []
+            raw, _ = lines.take()
+            yield [], start, raw, f"csv error: {exc}"
             continue
-        text = "".join(lines.current)
-        lines.current = []
-        yield cells, start, text
+        yield (cells, start, *lines.take())
