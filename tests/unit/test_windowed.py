@@ -367,6 +367,16 @@ def test_a_native_state_is_refused_by_the_reference_naming_the_switch() -> None:
         WindowState(stored=window.dump())
 
 
+def one_call_each(*events: ChangeEvent) -> Any:
+    """A window that took ``events`` one call each, with their progress (one partition)."""
+    window = Window()
+    for e in events:
+        window.add([(e, COMMIT_MS)], watermark_ms=0)
+        window.observe(progress(e))
+        window.release(0)
+    return window
+
+
 def test_a_lower_change_lsn_inside_the_marks_transaction_is_a_new_event() -> None:
     """``data.query.mode=direct`` (default from Debezium 3.4) sends a transaction's rows by
     ``__$command_id``, and ``__$seqval`` (``change_lsn``) need not rise with it (Microsoft:
@@ -378,11 +388,7 @@ def test_a_lower_change_lsn_inside_the_marks_transaction_is_a_new_event() -> Non
                            before=row(2, "a"), after=row(2, "b"), offset=2))
     earlier = decoded(event("u", 3, commit=lsn(8), change=lsn(8, 0x40), serial=2,
                             before=row(3, "a"), after=row(3, "b"), offset=3))
-    window = Window()
-    for e in (first, second):
-        window.add([(e, COMMIT_MS)], watermark_ms=0)
-        window.observe(progress(e))
-        window.release(0)
+    window = one_call_each(first, second)
     assert [c.key for c in changes(window)] == [{"id": 1}, {"id": 2}]
     window.add([(second, COMMIT_MS), (earlier, COMMIT_MS)], watermark_ms=0)  # re-sent
     window.release(0)
@@ -396,11 +402,7 @@ def test_events_of_partitions_without_commit_order_are_not_judged_by_the_mark() 
     earlier = decoded(update(2, 8, "a", "b", offset=2))
     for e in (later, earlier):
         e.unordered = True
-    window = Window()
-    for e in (later, earlier):
-        window.add([(e, COMMIT_MS)], watermark_ms=0)
-        window.observe(progress(e))
-        window.release(0)
+    window = one_call_each(later, earlier)
     assert [c.key for c in changes(window)] == [{"id": 1}, {"id": 2}]
     window.add([(earlier, COMMIT_MS)], watermark_ms=0)  # re-sent while its group waits
     window.release(0)
