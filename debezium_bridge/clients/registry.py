@@ -48,12 +48,16 @@ def _client(conf: Mapping[str, Any]) -> Any:
 
 
 def _failure(what: str, exc: Exception) -> SchemaError | ServiceError:
-    """A 4xx answer is about the request (unknown id or subject, invalid schema): bad input.
-    Anything else (network errors, 5xx after the client's retries) means the registry is down."""
+    """A 4xx answer with the registry's own error code (40401 subject not found, 40403 schema
+    not found, 42201 invalid schema, …) is about the request: bad input. Anything else — network
+    errors, 5xx after the client's retries, a 4xx without an error code (a wrong URL, a proxy in
+    front of a registry that is restarting: the body is no registry answer) — means the registry
+    cannot be asked."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     if isinstance(exc, SchemaRegistryError) and 400 <= exc.http_status_code < 500 \
-            and exc.http_status_code not in (401, 403, 408, 429):
+            and exc.http_status_code not in (401, 403, 408, 429) \
+            and isinstance(exc.error_code, int) and exc.error_code // 100 == exc.http_status_code:
         return SchemaError(f"schema registry: {what}: {exc}")
     log.error("schema registry unreachable (%s): %s", what, exc)
     return ServiceError(f"schema registry unreachable after retries ({what}): "

@@ -46,8 +46,11 @@ _any = msgspec.json.Decoder()
 
 def kind_of(topic: str) -> UnitKind:
     """Debezium's side topics by their names: ``<prefix>.transaction`` and
-    ``__debezium-heartbeat.<prefix>``; everything else is read as data."""
-    if topic.endswith(".transaction"):
+    ``__debezium-heartbeat.<prefix>``; everything else is read as data. A name of four or more
+    parts is a table's (``<prefix>.<db>.<schema>.<table>``, a table may be called
+    ``transaction``): a prefix with two or more dots has its transaction topic read as data,
+    where its records are side records all the same (docs/sidecar.md)."""
+    if topic.endswith(".transaction") and topic.count(".") < 3:
         return "transaction"
     if topic.startswith("__debezium-heartbeat"):
         return "heartbeat"

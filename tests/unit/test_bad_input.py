@@ -1050,6 +1050,46 @@ def test_cli_stops_with_the_service_exit_code_when_the_registry_is_unreachable(
     assert not dlq.exists() or dlq.read_bytes() == b""
 
 
+@pytest.mark.parametrize(("status", "body", "bad_input"), [
+    (404, b'{"error_code":40403,"message":"Schema 7 not found"}', True),
+    (404, b"<html><body>Not Found</body></html>", False),  # a wrong URL, a proxy: no registry
+    (404, b'{"message":"no route"}', False),
+    (500, b'{"error_code":50001,"message":"Error in the backend data store"}', False),
+])
+def test_only_the_registrys_own_4xx_answers_are_bad_input(status: int, body: bytes,
+                                                          bad_input: bool) -> None:
+    """Confluent Schema Registry answers an unknown id with its error code (40403, "Schema not
+    found") in a JSON body; a 4xx without one did not come from the registry, which therefore
+    cannot be asked: a service problem (retry, then stop), never dead letters of good input."""
+    import http.server
+    import threading
+
+    from debezium_bridge.clients.registry import RegistrySchemaResolver
+    from debezium_bridge.errors import SchemaError, ServiceError
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if body[:1] == b"{"
+                             else "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        resolver = RegistrySchemaResolver({"url": f"http://127.0.0.1:{server.server_port}",
+                                           "max.retries": 0})
+        with pytest.raises(SchemaError if bad_input else ServiceError):
+            resolver.by_id(7)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_decoder_bug_is_dead_lettered_and_logged_with_its_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     class BuggyDecoder(Decoder):

@@ -123,6 +123,9 @@ def test_topic_kinds() -> None:
     assert kind_of("server1.transaction") == "transaction"
     assert kind_of("__debezium-heartbeat.server1") == "heartbeat"
     assert kind_of("server1.testDB.dbo.customers") == "data"
+    assert kind_of("dc1.server1.transaction") == "transaction"  # a prefix with a dot
+    # Debezium's topic of table dbo.[transaction]: <prefix>.<db>.<schema>.<table>
+    assert kind_of("server1.testDB.dbo.transaction") == "data"
     assert table_of("server1.testDB.dbo.customers") == "testDB.dbo.customers"
     assert table_of("customers") is None
 
