@@ -58,6 +58,8 @@ from debezium_bridge.model.records import Header
 EVENT_ID_HEADER = "debezium_bridge.event_id"
 SEQ_HEADER = "debezium_bridge.seq"
 LINEAGE_HEADER = "debezium_bridge.lineage"
+VALUE_REMOVED_HEADER = "debezium_bridge.value_removed"
+"""On a record written without its value (larger than the producer takes): the value's size."""
 
 
 class OutputFormat(StrEnum):

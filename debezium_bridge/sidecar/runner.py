@@ -50,7 +50,7 @@ from debezium_bridge.formats.debezium.registry import (
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
-from debezium_bridge.output import Output, OutputFormat, OutputRecord
+from debezium_bridge.output import VALUE_REMOVED_HEADER, Output, OutputFormat, OutputRecord
 from debezium_bridge.partitioner import partition_for
 from debezium_bridge.sidecar import checkpoint as checkpoints
 from debezium_bridge.sidecar.checkpoint import Checkpoint, merge_frontiers
@@ -528,6 +528,7 @@ class Sidecar:
     def _produce(self, records: list[OutputRecord]) -> None:
         if not records:
             return
+        from confluent_kafka import KafkaError, KafkaException
         new = {r.topic for r in records} - self.registered
         if new:
             self._register(new)
@@ -545,6 +546,10 @@ class Sidecar:
                 except BufferError:
                     producer.poll(0.05)
                     self._check_service()
+                except KafkaException as exc:
+                    if r.value is None or exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                        raise
+                    r = self._without_value(r)
             counts[r.format] = counts.get(r.format, 0) + 1
         producer.poll(0)
         for fmt, n in counts.items():
@@ -554,6 +559,28 @@ class Sidecar:
                 self.metrics.output_records.labels(fmt).inc(n)
         self.written += len(records)
         self.dirty = True
+
+    def _without_value(self, r: OutputRecord) -> OutputRecord:
+        """What goes in place of a record larger than the producer takes
+        (``message.max.bytes``): the stream goes on. A change becomes its format's encode error,
+        a dead letter loses its value; both keep their key, headers and input coordinates and
+        name the size of the value left out."""
+        assert r.value is not None
+        size = len(r.value)
+        removed = (VALUE_REMOVED_HEADER, str(size).encode())
+        log.warning("%s record from %s[%d]@%s: %d bytes, larger than the producer takes "
+                    "(message.max.bytes); written as a dead letter without its value", r.format,
+                    r.source_topic, r.source_partition, r.source_offset, size)
+        if r.kind == "dead_letter":
+            return msgspec.structs.replace(r, value=None, headers=(*r.headers, removed))
+        counters = self.output.counters
+        counters.records[r.format] -= 1
+        counters.encode_errors[r.format] = counters.encode_errors.get(r.format, 0) + 1
+        source = RawRecord(r.source_topic, r.source_partition, r.source_offset, r.timestamp,
+                           r.key, None, (*r.headers, removed))
+        return self.output.dead_letter(DeadLetter(
+            source, f"encode-{r.format}", "EncodeError",
+            f"{size} bytes of {r.format}: larger than the producer takes (message.max.bytes)"))
 
     def _delivered(self, error: Any, message: Any) -> None:
         if error is not None:

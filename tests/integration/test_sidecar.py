@@ -354,3 +354,40 @@ def test_a_schema_registry_that_is_down_stops_the_sidecar_and_nothing_is_lost(
         registry.stop()
     assert _changes(read_all(kafka_bootstrap, [output])) == _logical(expectation)
     assert len(read_all(kafka_bootstrap, ["regdown.dlq"])) == 1  # the corrupt record, once
+
+
+def test_a_record_larger_than_the_producer_takes_becomes_a_dead_letter(
+        kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path) -> None:
+    """Bad input never stops the stream (README): a corrupt value of 999,800 bytes, which the
+    broker took as input, makes a dead letter larger than the producer's message.max.bytes
+    (1,000,000, librdkafka's default); a good insert of ~999,300 bytes has a canonical record
+    that fits and a Debezium envelope (with its schema) that does not. Each record that does
+    not fit is written as a dead letter without its value, naming the value's size, and
+    everything after them is written."""
+    records, expectation = demo()
+    topic = "huge.testDB.dbo.customers"
+    insert = next(r for r in records if r.value and b'"op":"c"' in r.value)
+    big_good = msgspec.structs.replace(insert, value=insert.value.replace(
+        b'"notes":"', b'"notes":"' + b"x" * 996_000, 1))
+    big_bad = msgspec.structs.replace(insert, value=b"{" + b"x" * 999_799)
+    create_topics(kafka_bootstrap, {topic: 3})
+    produce(kafka_bootstrap, _retopic([big_bad, big_good, *records], topic))
+    sidecar = Sidecar(write_config(
+        tmp_path / "huge.json", bootstrap_servers=kafka_bootstrap, group_id="huge",
+        subscribe=[topic], outputs=["canonical", "debezium"], dlq_topic="huge.dlq",
+        idle_timeout_ms=500, output_topic="{topic}.{format}",
+        consumer=group_settings(kafka_embedded)), tmp_path / "huge.log")
+    output = f"{topic}.canonical"
+    deadline = time.monotonic() + 60
+    # (the big insert takes its original's place: the original, later, is a changed replay)
+    while len(read_all(kafka_bootstrap, [output])) < len(expectation.changes):
+        assert time.monotonic() < deadline and sidecar.process.poll() is None, \
+            sidecar.text()[-3000:]
+        time.sleep(0.5)
+    assert sidecar.terminate(30) == 0
+    removed = {headers_of(m)["__connect.errors.stage"]: int(headers_of(m)[
+        "debezium_bridge.value_removed"]) for m in read_all(kafka_bootstrap, ["huge.dlq"])
+        if m.value() is None}
+    assert removed.keys() == {"decode", "encode-debezium"}, removed
+    assert removed["decode"] == len(big_bad.value)
+    assert removed["encode-debezium"] > 1_000_000 - 2_000
