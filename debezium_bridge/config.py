@@ -5,9 +5,11 @@ fields say everything at once: the type, the default, the help text (the docstri
 field), the command-line flag (``--max-pending``, nested ``--ces.max-message-size-kb``), the
 environment variable (``<prefix>MAX_PENDING``, nested ``<prefix>CES__MAX_MESSAGE_SIZE_KB``) and
 the config-file key (``max_pending``, nested ``ces: {max_message_size_kb: …}``). Precedence:
-defaults < file (``--config``: YAML, JSON or Java ``.properties``) < environment < flags.
-Unknown keys are rejected; Kafka and schema-registry client settings keep their own dotted
-names in a dict field that ``-X key=value`` fills; secrets never show in ``repr`` or logs.
+defaults < file (``--config``: YAML, JSON or Java ``.properties``) < environment < flags
+(``-X`` included). Unknown keys are rejected; Kafka and schema-registry client settings keep
+their own dotted names in a dict field that ``-X key=value`` fills; secrets never show in
+``repr`` or logs. Lists are comma-separated in flags, ``.properties`` files and environment
+variables (or JSON arrays in variables); dicts are JSON objects in variables.
 """
 
 from __future__ import annotations
@@ -16,23 +18,26 @@ import argparse
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Self, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     CliSettingsSource,
     CliSuppress,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from debezium_bridge.errors import ConfigError
 
 MASK = "******"
-_SECRET_MARKERS = ("password", "secret", "user.info", "token", "sasl.jaas", "key.pem",
-                   "oauthbearer.config", "credentials", "api.key")
+_SECRET_MARKERS = ("password", "passphrase", "secret", "user.info", "token", "sasl.jaas",
+                   "key.pem", "keystore.key", "oauthbearer.config", "credentials", "api.key")
 
 
 def is_secret(key: str) -> bool:
@@ -42,11 +47,19 @@ def is_secret(key: str) -> bool:
 
 
 def mask_url(value: Any) -> Any:
-    """``scheme://user:password@host/...`` with the user info replaced by ``******``."""
-    if isinstance(value, str) and "://" in value and "@" in value.split("://", 1)[1]:
-        scheme, rest = value.split("://", 1)
-        return f"{scheme}://{MASK}@{rest.split('@', 1)[1]}"
+    """``scheme://user:password@host/...`` with the user info replaced by ``******``; each URL
+    of a comma-separated list."""
+    if isinstance(value, str) and "://" in value:
+        return ",".join(_mask_one_url(url) for url in value.split(","))
     return value
+
+
+def _mask_one_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if not sep or "@" not in authority:
+        return url
+    return f"{scheme}://{MASK}@{authority.rsplit('@', 1)[1]}{slash}{path}"
 
 
 def mask(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,6 +88,11 @@ ClientSettings = Annotated[CliSuppress[dict[str, str]], AfterValidator(MaskedSet
 (``-X key=value``); masked when shown."""
 Url = Annotated[str, AfterValidator(MaskedUrl)]
 """A service URL that may carry credentials; masked when shown."""
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                     BeforeValidator(lambda value: value.upper() if isinstance(value, str)
+                                     else value)]
+"""A level of Python's logging (any case)."""
+LOG_LEVELS: tuple[str, ...] = get_args(get_args(LogLevel)[0])
 
 
 def describe(error: ValidationError) -> str:
@@ -132,6 +150,9 @@ class RunnerSettings(BaseSettings):
             super().__init__(**data)
         except ValidationError as exc:
             raise ConfigError(describe(exc)) from None
+        except SettingsError as exc:  # a value a source (e.g. _Environment) cannot decode
+            cause = exc.__cause__
+            raise ConfigError(str(cause if isinstance(cause, ConfigError) else exc)) from None
 
     @classmethod
     def settings_customise_sources(
@@ -139,9 +160,9 @@ class RunnerSettings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # the flags come first (added by pydantic-settings), then the environment, then the
-        # config file (handed over as init data), then the defaults
-        return env_settings, init_settings
+        # the flags and -X come first (added by pydantic-settings), then the environment, then
+        # the config file (handed over as init data), then the defaults
+        return _Environment(settings_cls), init_settings
 
     @classmethod
     def parser(cls, prog: str, description: str = "", epilog: str | None = None
@@ -169,26 +190,29 @@ class RunnerSettings(BaseSettings):
         settings; raises :class:`ConfigError`."""
         parser, source = cls.parser(prog, description, epilog)
         try:
-            namespace = parser.parse_args(list(argv))
+            flags = vars(parser.parse_args(list(argv)))
         except argparse.ArgumentError as exc:
             raise ConfigError(str(exc)) from None
-        data = load_config_file(namespace.config, cls) if namespace.config else {}
-        return cls.build(data, getattr(namespace, "client_settings", None),
-                         _cli_settings_source=source(parsed_args=namespace))
+        path = flags.pop("config")
+        client_settings = flags.pop("client_settings", None)
+        data = load_config_file(path, cls) if path else {}
+        return cls.build(data, client_settings, flags, source)
 
     @classmethod
     def build(cls, data: Mapping[str, Any] | None = None,
-              client_settings: Sequence[str] | None = None, **sources: Any) -> Self:
-        """Settings from ``data`` (a parsed config file), ``-X`` pairs, the environment and
-        (through ``sources``) the command line."""
-        data = dict(data or {})
+              client_settings: Sequence[str] | None = None,
+              flags: Mapping[str, Any] | None = None,
+              cli: CliSettingsSource[Any] | None = None) -> Self:
+        """Settings from ``data`` (a parsed config file), the environment and the command line:
+        ``flags`` (parsed by ``cli``'s parser) and ``-X`` pairs, which win over the
+        environment."""
+        command_line = dict(flags or {})
         if client_settings and cls.client_settings_field:
-            *groups, field = cls.client_settings_field.split(".")
-            target = data
-            for group in groups:  # e.g. "source.options": -X fills a nested group's dict
-                target[group] = target = dict(target.get(group) or {})
-            target[field] = {**dict(target.get(field) or {}), **parse_pairs(client_settings)}
-        return cls(**data, **sources)
+            # e.g. "source.options": the CLI source nests dotted names
+            command_line[cls.client_settings_field] = json.dumps(parse_pairs(client_settings))
+        if cli is None:
+            cli = cls.parser(cls.__name__)[1]
+        return cls(**dict(data or {}), _cli_settings_source=cli(parsed_args=command_line))
 
     def masked(self) -> dict[str, Any]:
         """The settings as plain data with secrets masked (for logs and config dumps)."""
@@ -196,6 +220,33 @@ class RunnerSettings(BaseSettings):
 
     def __repr_args__(self) -> Any:
         return _masked(self).items()
+
+
+class _Environment(EnvSettingsSource):
+    """Environment variables: lists also comma-separated (as in flags and ``.properties``),
+    and a value that cannot be decoded is a :class:`ConfigError` naming its variable."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo | None,
+                             value: Any) -> Any:
+        annotation = field.annotation if field is not None else None
+        plain_list = _is_list(annotation) and _model_of(annotation) is None
+        if plain_list and isinstance(value, str) and not value.lstrip().startswith("["):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        try:
+            return super().decode_complex_value(field_name, field, value)  # type: ignore[arg-type]
+        except ValueError as exc:
+            expected = "a JSON array or a comma-separated list" if plain_list else "JSON"
+            raise ConfigError(f"environment variable {self._variable(field_name, value)}: "
+                              f"expected {expected} ({exc})") from None
+
+    def _variable(self, field_name: str, value: str) -> str:
+        """The name of the variable that holds ``value`` for ``field_name``."""
+        suffix = field_name.lower()
+        for name, held in self.env_vars.items():
+            if held == value and name.startswith(self.env_prefix.lower()) \
+                    and name.endswith(suffix):
+                return name.upper()
+        return f"{self.env_prefix}{field_name.upper()}"
 
 
 def _masked(model: BaseModel) -> dict[str, Any]:
@@ -286,6 +337,11 @@ def nest_dotted(flat: Mapping[str, str], model: type[BaseModel]) -> dict[str, An
     return out
 
 
+def _is_positional(info: FieldInfo) -> bool:
+    """A ``CliPositionalArg`` field (its marker is a class in the field's metadata)."""
+    return any("Positional" in getattr(m, "__name__", type(m).__name__) for m in info.metadata)
+
+
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -333,18 +389,23 @@ def _reference_table(model: type[BaseModel], path: list[str], prefix: str,
                 continue
         key = ".".join([*path, name])
         env = prefix + "__".join([*path, name]).upper()
-        if any("Positional" in type(m).__name__ for m in info.metadata):
-            flag = "(positional)"
+        if not prefix:  # an item of a list of groups: only in the file (or the list's JSON)
+            where = "`(file only)`"
+        elif _is_positional(info):
+            where = f"`(positional)`<br>`{env}`"
         elif key == client_field:
-            flag = "-X key=value"
+            where = f"`-X key=value`<br>`{env}`"
         elif _is_dict(info.annotation) or group is not None:
-            flag = "(file only)" if group is not None else "(file, or JSON in the variable)"
+            where = f"`(file, or JSON in the variable)`<br>`{env}`"
         else:
-            flag = "--" + key.replace("_", "-")
+            where = f"`--{key.replace('_', '-')}`<br>`{env}`"
         default = info.get_default(call_default_factory=True)
-        shown = "" if default in (None, "", [], {}, ()) else f"`{default}`"
+        if info.is_required():
+            shown = "required"
+        else:
+            shown = "" if default in (None, "", [], {}, ()) else f"`{default}`"
         doc = " ".join((info.description or "").split()).replace("|", "\\|")
-        rows.append(f"| `{key}` | `{flag}`<br>`{env}` | {shown} | {doc} |")
+        rows.append(f"| `{key}` | {where} | {shown} | {doc} |")
     out = [*rows, ""]
     for name, group in groups:
         doc = " ".join((model.model_fields[name].description or "").split())

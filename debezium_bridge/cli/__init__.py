@@ -28,6 +28,7 @@ from debezium_bridge.cli.convert import (
     ConvertConfig,
     run_convert,
 )
+from debezium_bridge.config import LOG_LEVELS
 from debezium_bridge.errors import BridgeError, ConfigError, ServiceError
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_IO", "EXIT_OK", "EXIT_REJECTED", "EXIT_SERVICE",
@@ -122,15 +123,19 @@ class _StandardError(logging.StreamHandler):  # type: ignore[type-arg]
 
 def configure_logging(level: str | None = None) -> None:
     """Log lines on standard error as ``debezium-bridge: message`` (the command's output on
-    standard output stays clean); the level from ``DEBEZIUM_BRIDGE_LOG_LEVEL`` (INFO)."""
-    level = level or os.environ.get("DEBEZIUM_BRIDGE_LOG_LEVEL", "INFO")
+    standard output stays clean); the level from ``DEBEZIUM_BRIDGE_LOG_LEVEL`` (INFO). An
+    unknown level raises :class:`ConfigError` (the handler is in place to report it)."""
+    level = (level or os.environ.get("DEBEZIUM_BRIDGE_LOG_LEVEL", "INFO")).upper()
     root = logging.getLogger("debezium_bridge")
     if not root.handlers:
         handler = _StandardError()
         handler.setFormatter(logging.Formatter("debezium-bridge: %(message)s"))
         root.addHandler(handler)
         root.propagate = False
-    root.setLevel(level.upper())
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"DEBEZIUM_BRIDGE_LOG_LEVEL: {level!r} is not one of "
+                          f"{', '.join(LOG_LEVELS)}")
+    root.setLevel(level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,8 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(_USAGE)
         sys.stderr.write(f"\ndebezium-bridge: unknown command {args[0]!r}\n")
         return EXIT_USAGE
-    configure_logging()
     try:
+        configure_logging()
         return command(args[1:])
     except SystemExit as exc:  # --help, or argparse rejecting the arguments
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

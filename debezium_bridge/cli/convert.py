@@ -213,6 +213,21 @@ def _open_out(path: str | None) -> Iterator[BinaryIO | None]:
             yield handle
 
 
+def _check_readable(config: ConvertConfig) -> None:
+    """The auxiliary input files open for reading; else an :class:`OSError` naming the option
+    (exit 3, as for an input that cannot be read)."""
+    files = [("--table-schemas", config.table_schemas), ("--avro-schemas", config.avro_schemas),
+             ("--cdc.lsn-time-mapping", config.cdc.lsn_time_mapping),
+             *(("--cdc.capture-instances", path) for path in config.cdc.capture_instances)]
+    for option, path in files:
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise OSError(f"cannot read {option} file {path}: {exc.strerror}") from None
+
+
 def _resolver(config: ConvertConfig, dump_schemas: dict[str, Any]) -> SchemaResolver | None:
     if config.schema_registry:
         return RegistrySchemaResolver({**config.registry, "url": str(config.schema_registry)})
@@ -245,6 +260,7 @@ class Conversion:
     """Whether the run needs key changes paired whatever it writes (``net`` does)."""
 
     def __init__(self, config: ConvertConfig, progress_stream: IO[str] | None = None) -> None:
+        _check_readable(config)
         self.config = config
         self.progress_stream = progress_stream or sys.stderr
         fmt = config.input_format

@@ -17,9 +17,16 @@ Generated from the settings models by `scripts/docs`; do not edit by hand.
 Every runner takes its settings from, lowest to highest precedence: the defaults below, a
 config file (`--config FILE`: YAML, JSON or Java `.properties`; keys as in the first column,
 nested groups as mappings — or dotted keys in `.properties`), environment variables and
-command-line flags. Unknown keys are rejected. Client settings for Kafka and the schema
-registry keep their own (librdkafka / Confluent) names and are given with `-X key=value`;
-secrets among them, and credentials inside URLs, are masked wherever settings are shown.
+command-line flags (`-X` included). Unknown keys are rejected. Client settings for Kafka and
+the schema registry keep their own (librdkafka / Confluent) names and are given with
+`-X key=value`; secrets among them, and credentials inside URLs, are masked wherever settings
+are shown.
+
+Lists are comma-separated in flags, `.properties` files and environment variables (a variable
+may also hold a JSON array); mappings and lists of groups are JSON in a variable. A value that
+cannot be parsed is a configuration error (exit code 2). `DEBEZIUM_BRIDGE_LOG_LEVEL` (`DEBUG`,
+`INFO`, `WARNING`, `ERROR` or `CRITICAL`; default `INFO`) sets the level of every command's
+log lines.
 """
 
 RUNNERS = (

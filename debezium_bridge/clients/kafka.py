@@ -7,7 +7,9 @@
   ``murmur2_random``: murmur2 of the key, random for keyless records), not librdkafka's default
   ``consistent_random``, so a key lands in the same partition whoever writes it;
 * a broker that cannot be reached or a record that cannot be delivered raises
-  :class:`~debezium_bridge.errors.ServiceError` with one clear message.
+  :class:`~debezium_bridge.errors.ServiceError` with one clear message;
+* a setting librdkafka rejects (unknown name, invalid value) raises
+  :class:`~debezium_bridge.errors.ConfigError` naming it (:func:`open_client`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from debezium_bridge.errors import ServiceError
+from debezium_bridge.config import is_secret
+from debezium_bridge.errors import ConfigError, ServiceError
 from debezium_bridge.model.records import RawRecord
 
 CLIENT_LOGGER = "debezium_bridge.kafka.client"
@@ -67,14 +70,54 @@ def client_config(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {**settings, "logger": client_logger()}
 
 
+def open_client(kind: Callable[[dict[str, Any]], Any], settings: Mapping[str, Any]) -> Any:
+    """``kind(settings)`` (a confluent-kafka ``Producer``, ``Consumer`` or ``AdminClient``) with
+    the Python logger; a setting librdkafka rejects raises :class:`ConfigError` naming it."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        return kind(client_config(settings))
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.code() != KafkaError._INVALID_ARG:
+            raise
+        key = _rejected_key(settings, error.str())
+        if key is None:
+            raise ConfigError(f"Kafka settings: {error.str()}") from None
+        reason = "invalid value" if is_secret(key) else error.str()
+        raise ConfigError(f"Kafka setting {key}: {reason}") from None
+
+
+def _rejected_key(settings: Mapping[str, Any], message: str) -> str | None:
+    """The setting librdkafka's ``message`` is about: the first one it names, else (it names
+    the canonical name of an alias, e.g. ``queue.buffering.max.ms`` for ``linger.ms``) the one
+    a client of its own rejects."""
+    from confluent_kafka import KafkaException, Producer
+
+    named = {}
+    for key in settings:
+        found = re.search(rf"(?<![\w.]){re.escape(key)}(?![\w.])", message)
+        if found:
+            named[key] = found.start()
+    if named:
+        return min(named, key=named.__getitem__)
+    for key, value in settings.items():
+        if not isinstance(value, str | int | float | bool) or key == "bootstrap.servers":
+            continue
+        try:
+            Producer({key: value, "log_level": 0})
+        except KafkaException:
+            return key
+    return None
+
+
 def create_topics(bootstrap_servers: str, partitions: Mapping[str, int],
                   settings: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
     """Create topics with the given partition counts (existing topics are left alone)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap_servers,
-                                       **(settings or {})}))
+    admin = open_client(AdminClient, {"bootstrap.servers": bootstrap_servers, **(settings or {})})
     futures = admin.create_topics([NewTopic(name, count) for name, count in partitions.items()],
                                   request_timeout=timeout)
     for name, future in futures.items():
@@ -103,9 +146,9 @@ def produce(bootstrap_servers: str, records: Iterable[RawRecord],
         if error.fatal() or error.code() in _UNREACHABLE:
             errors.append(error.str())
 
-    producer = Producer(client_config({"bootstrap.servers": bootstrap_servers,
-                                       **PRODUCER_DEFAULTS, **(settings or {}),
-                                       "error_cb": on_error}))
+    producer = open_client(Producer, {"bootstrap.servers": bootstrap_servers,
+                                      **PRODUCER_DEFAULTS, **(settings or {}),
+                                      "error_cb": on_error})
     delivered: list[RawRecord] = []
     failures: list[str] = []
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from debezium_bridge.clients.kafka import client_config
+from debezium_bridge.clients.kafka import open_client
 from debezium_bridge.errors import ServiceError
 
 TopicPartition = tuple[str, int]
@@ -24,10 +24,9 @@ def reader(settings: Mapping[str, Any], group_id: str) -> Any:
     """A consumer for reading ranges by assignment (it never joins its group or commits)."""
     from confluent_kafka import Consumer
 
-    return Consumer(client_config({"fetch.wait.max.ms": "10", **settings, "group.id": group_id,
-                                   "enable.auto.commit": "false",
-                                   "enable.partition.eof": "true",
-                                   "auto.offset.reset": "earliest"}))
+    return open_client(Consumer, {"fetch.wait.max.ms": "10", **settings, "group.id": group_id,
+                                  "enable.auto.commit": "false", "enable.partition.eof": "true",
+                                  "auto.offset.reset": "earliest"})
 
 
 def read_ranges(consumer: Any, ranges: Mapping[TopicPartition, tuple[int, int | None]],

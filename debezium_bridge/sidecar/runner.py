@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from debezium_bridge.clients.kafka import PRODUCER_DEFAULTS, client_config, create_topics
+from debezium_bridge.clients.kafka import PRODUCER_DEFAULTS, create_topics, open_client
 from debezium_bridge.clients.registry import RegistrySchemaResolver, registry_registrar
 from debezium_bridge.core.pipeline import Pipeline
 from debezium_bridge.core.settings import TranslatorConfig
@@ -191,7 +191,7 @@ class Sidecar:
         from confluent_kafka.admin import AdminClient
 
         c = self.config
-        self.admin = AdminClient(client_config({**c.client("admin"), "error_cb": self._on_error}))
+        self.admin = open_client(AdminClient, {**c.client("admin"), "error_cb": self._on_error})
         if c.create_topics:
             create_topics(c.servers, {c.coordination_topic_name: c.slots,
                                       c.checkpoint_topic_name: 1},
@@ -210,24 +210,24 @@ class Sidecar:
                     "error_cb": self._on_error}
         if self.transactions:
             producer["transactional.id"] = f"debezium-bridge.{c.group_id}.{self.instance}"
-        self.producer = Producer(client_config(producer))
+        self.producer = open_client(Producer, producer)
         if self.transactions:
             try:
                 self.producer.init_transactions(self.timeout)
             except Exception as exc:
                 raise ServiceError(f"Kafka: cannot initialise transactions: {exc}") from None
         isolation = {"isolation.level": "read_committed"}
-        self.data = Consumer(client_config({
+        self.data = open_client(Consumer, {
             **c.client("consumer"), **isolation, "group.id": f"{c.group_id}.reader",
             "enable.auto.commit": "false", "enable.partition.eof": "true",
-            "auto.offset.reset": "earliest", "error_cb": self._on_error}))
+            "auto.offset.reset": "earliest", "error_cb": self._on_error})
         self.reader = reader({**c.client("consumer"), "error_cb": self._on_error,
                               **(isolation if self.transactions else {})},
                              f"{c.group_id}.recovery")
-        self.coord = Consumer(client_config({
+        self.coord = open_client(Consumer, {
             "session.timeout.ms": "10000", "heartbeat.interval.ms": "3000",
             **c.client("consumer"), "group.id": c.group_id, "enable.auto.commit": "false",
-            "error_cb": self._on_error}))
+            "error_cb": self._on_error})
         self.coord.subscribe([c.coordination_topic_name], on_assign=self._guard(self._assigned),
                              on_revoke=self._guard(self._revoked),
                              on_lost=self._guard(self._lost))

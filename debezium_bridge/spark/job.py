@@ -32,11 +32,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from debezium_bridge.config import ClientSettings, RunnerSettings, Settings, load_config_file
+from debezium_bridge.config import (
+    ClientSettings,
+    LogLevel,
+    RunnerSettings,
+    Settings,
+    load_config_file,
+)
 from debezium_bridge.errors import BridgeError, ConfigError, ServiceError
 from debezium_bridge.spark.sinks import FILE_FORMATS, SinkConfig, batch_writer
 from debezium_bridge.spark.translate import (
@@ -68,6 +74,12 @@ _BUILTIN_ONLY_OPTIONS = frozenset({
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "minoffsetspertrigger",
     "maxtriggerdelay", "startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp",
     "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "maxrecordsperpartition"})
+
+
+SparkLogLevel = Annotated[
+    Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+    BeforeValidator(lambda value: value.upper() if isinstance(value, str) else value)]
+"""A level of Spark's own logs (``SparkContext.setLogLevel``, any case)."""
 
 
 class SourceConfig(Settings):
@@ -136,11 +148,11 @@ class JobConfig(RunnerSettings):
     here or in ``spark-submit --conf``, the job uses min(``translate.buckets``, the session's
     default parallelism, i.e. the cores of ``local[*]``) instead of Spark's 200; a checkpoint
     keeps the value its query started with (its state is partitioned by it)."""
-    spark_log_level: str = "WARN"
+    spark_log_level: SparkLogLevel = "WARN"
     """Log level of Spark's own logs."""
     counters_json: str | None = None
     """Write the run's counters here when the query stops."""
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"
     """Level of the job's own log lines."""
 
     @model_validator(mode="after")

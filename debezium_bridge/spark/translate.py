@@ -166,6 +166,14 @@ SparkOutput = Literal["canonical", "exploded", "flat", "ces", "ces-avro", "debez
 _TYPED_OUTPUTS = frozenset(("ces", "ces-avro", "debezium"))
 
 
+class SparkCesOptions(CesOptions):
+    """The CES switches of the Spark job: as :class:`CesOptions`, with snapshot rows skipped."""
+
+    snapshot_rows: Literal["insert", "skip"] = "skip"
+    """Debezium snapshot rows (``op r``): dropped (CES never snapshots); the Spark job cannot
+    write them as ``INS`` events (see ``translate.ces``)."""
+
+
 # mypy sees two model_config types; pydantic merges them
 class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     """What :func:`translate` produces and how it decodes (the job file's ``translate:``)."""
@@ -191,7 +199,7 @@ class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     formats through the output layer), else the Python reference;
     ``on`` = native where it covers the job, an error if the extension is not built; ``off`` =
     the Python reference. ``DEBEZIUM_BRIDGE_NATIVE=0`` forces the Python reference."""
-    ces: CesOptions = Field(default_factory=lambda: CesOptions(snapshot_rows="skip"))
+    ces: SparkCesOptions = Field(default_factory=SparkCesOptions)
     """CES CloudEvents switches (see docs/ces.md). Snapshot rows must be skipped here: they are
     spread over state buckets by key, so they cannot be numbered within their snapshot
     "transaction" and their ``logicalid`` s would collide (use the CLI to turn a snapshot into
@@ -202,6 +210,14 @@ class TranslateConfig(DecodeSettings, OutputSettings):  # type: ignore[misc]
     @classmethod
     def _native_switch(cls, value: Any) -> Any:
         return native_mode(value)
+
+    @field_validator("ces", mode="before")
+    @classmethod
+    def _spark_ces_options(cls, value: Any) -> Any:
+        """Plain :class:`CesOptions` keep what they set; the rest takes the job's defaults."""
+        if isinstance(value, CesOptions) and not isinstance(value, SparkCesOptions):
+            return value.model_dump(exclude_unset=True)
+        return value
 
     @property
     def needs_column_types(self) -> bool:
