@@ -320,6 +320,15 @@ def test_kafka_transactions_across_kills(kafka_bootstrap: str, kafka_embedded: b
     assert len(messages) == len(data.expected)
 
 
+def _wait_for(bootstrap: str, topic: str, count: int, sidecar: Sidecar) -> None:
+    """Until ``topic`` holds ``count`` records (a minute at most, the sidecar alive)."""
+    deadline = time.monotonic() + 60
+    while len(read_all(bootstrap, [topic])) < count:
+        assert time.monotonic() < deadline and sidecar.process.poll() is None, \
+            sidecar.text()[-3000:]
+        time.sleep(0.5)
+
+
 def test_a_schema_registry_that_is_down_stops_the_sidecar_and_nothing_is_lost(
         kafka_bootstrap: str, kafka_embedded: bool, tmp_path: Path) -> None:
     """A registry that does not answer is not bad input: no dead letters, exit 4, and a
@@ -344,11 +353,7 @@ def test_a_schema_registry_that_is_down_stops_the_sidecar_and_nothing_is_lost(
         up = Sidecar(write_config(tmp_path / "up.json", schema_registry=registry.url,
                                   **common), tmp_path / "up.log")
         output = f"{topic}.canonical"
-        deadline = time.monotonic() + 60
-        while len(read_all(kafka_bootstrap, [output])) < len(expectation.changes):
-            assert time.monotonic() < deadline and up.process.poll() is None, \
-                up.text()[-3000:]
-            time.sleep(0.5)
+        _wait_for(kafka_bootstrap, output, len(expectation.changes), up)
         assert up.terminate(30) == 0
     finally:
         registry.stop()
@@ -377,13 +382,8 @@ def test_a_record_larger_than_the_producer_takes_becomes_a_dead_letter(
         subscribe=[topic], outputs=["canonical", "debezium"], dlq_topic="huge.dlq",
         idle_timeout_ms=500, output_topic="{topic}.{format}",
         consumer=group_settings(kafka_embedded)), tmp_path / "huge.log")
-    output = f"{topic}.canonical"
-    deadline = time.monotonic() + 60
     # (the big insert takes its original's place: the original, later, is a changed replay)
-    while len(read_all(kafka_bootstrap, [output])) < len(expectation.changes):
-        assert time.monotonic() < deadline and sidecar.process.poll() is None, \
-            sidecar.text()[-3000:]
-        time.sleep(0.5)
+    _wait_for(kafka_bootstrap, f"{topic}.canonical", len(expectation.changes), sidecar)
     assert sidecar.terminate(30) == 0
     removed = {headers_of(m)["__connect.errors.stage"]: int(headers_of(m)[
         "debezium_bridge.value_removed"]) for m in read_all(kafka_bootstrap, ["huge.dlq"])
