@@ -50,7 +50,15 @@ from debezium_bridge.formats.debezium.registry import (
 from debezium_bridge.model.change import ChangeRecord
 from debezium_bridge.model.dead_letter import DeadLetter
 from debezium_bridge.model.records import RawRecord
-from debezium_bridge.output import VALUE_REMOVED_HEADER, Output, OutputFormat, OutputRecord
+from debezium_bridge.output import (
+    EVENT_ID_HEADER,
+    LINEAGE_HEADER,
+    SEQ_HEADER,
+    VALUE_REMOVED_HEADER,
+    Output,
+    OutputFormat,
+    OutputRecord,
+)
 from debezium_bridge.partitioner import partition_for
 from debezium_bridge.sidecar import checkpoint as checkpoints
 from debezium_bridge.sidecar.checkpoint import Checkpoint, merge_frontiers
@@ -61,6 +69,11 @@ from debezium_bridge.sidecar.recovery import Decision, WrittenIndex, index_outpu
 from debezium_bridge.sidecar.units import Unit
 
 log = logging.getLogger("debezium_bridge.sidecar")
+_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``."""
+_RECORD_MARGIN = 512
+"""Bytes allowed for a record's framing beside its key, value and headers."""
+_CHANGE_HEADERS = frozenset((EVENT_ID_HEADER, SEQ_HEADER, LINEAGE_HEADER))
 
 TEST_HOOKS_ENV = "DEBEZIUM_BRIDGE_TEST_HOOKS"
 """Test only: ``point=seconds,...`` makes the sidecar announce each named point on standard
@@ -142,6 +155,8 @@ class Sidecar:
         self.timeout = config.service_timeout_ms / 1000
         self.written = 0
         self.skipped = 0
+        self.max_message_bytes = _MESSAGE_MAX_BYTES
+        """The producer's ``message.max.bytes`` (set with the producer)."""
         self.divergent = 0
         self._exclude = re.compile(config.exclude_pattern) if config.exclude_pattern else None
         self._pattern = re.compile(config.subscribe_pattern) if config.subscribe_pattern \
@@ -208,6 +223,7 @@ class Sidecar:
                                "(create it with one partition, or set create_topics)")
         producer = {**PRODUCER_DEFAULTS, "acks": "all", **c.client("producer"),
                     "error_cb": self._on_error}
+        self.max_message_bytes = int(producer.get("message.max.bytes", _MESSAGE_MAX_BYTES))
         if self.transactions:
             producer["transactional.id"] = f"debezium-bridge.{c.group_id}.{self.instance}"
         self.producer = open_client(Producer, producer)
@@ -447,7 +463,9 @@ class Sidecar:
         index = unit.index
         metrics = self.metrics
         for change in changes:
-            records = encode(change)
+            # a record too large for the producer is replaced here, before the index is asked,
+            # so that a restart finds the dead letter written in its place
+            records = [r if self._fits(r) else self._without_value(r) for r in encode(change)]
             if index is None:
                 out.extend(records)
                 continue
@@ -560,6 +578,14 @@ class Sidecar:
         self.written += len(records)
         self.dirty = True
 
+    def _fits(self, r: OutputRecord) -> bool:
+        """Whether the producer takes ``r`` (``message.max.bytes``, counted with a margin for
+        the record's framing; a record the estimate lets through and the producer refuses is
+        replaced in :meth:`_produce`)."""
+        size = len(r.value or b"") + len(r.key or b"") + _RECORD_MARGIN + sum(
+            len(k) + len(v or b"") for k, v in r.headers)
+        return r.value is None or size <= self.max_message_bytes
+
     def _without_value(self, r: OutputRecord) -> OutputRecord:
         """What goes in place of a record larger than the producer takes
         (``message.max.bytes``): the stream goes on. A change becomes its format's encode error,
@@ -576,8 +602,10 @@ class Sidecar:
         counters = self.output.counters
         counters.records[r.format] -= 1
         counters.encode_errors[r.format] = counters.encode_errors.get(r.format, 0) + 1
+        # the change's own id, seq and lineage headers stay out: the dead letter has its own id
+        kept = tuple(h for h in r.headers if h[0] not in _CHANGE_HEADERS)
         source = RawRecord(r.source_topic, r.source_partition, r.source_offset, r.timestamp,
-                           r.key, None, (*r.headers, removed))
+                           r.key, None, (*kept, removed))
         return self.output.dead_letter(DeadLetter(
             source, f"encode-{r.format}", "EncodeError",
             f"{size} bytes of {r.format}: larger than the producer takes (message.max.bytes)"))

@@ -8,6 +8,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 import msgspec
 import pytest
@@ -420,3 +421,40 @@ def test_idle_partitions_delivering_in_one_batch_all_count_before_its_first_reco
     unit.process(sorted(burst, key=lambda r: r.partition))  # one batch, partition by partition
     _finish(unit, records, time.monotonic() + 60)
     _assert_all_paired_in_time(unit, key_changes)
+
+
+def test_a_change_too_large_is_replaced_by_a_dead_letter_a_restart_finds_written() -> None:
+    """A change larger than the producer takes is written as a dead letter in its place
+    (docs/sidecar.md, Output). The dead letter carries its own id only, so the recovery index
+    of a restart holds it, and the same change released again is replaced by the same dead
+    letter, which is then known as written (exactly once, idempotent guarantee)."""
+    import types
+
+    from debezium_bridge.core.pipeline import Pipeline
+    from debezium_bridge.output import EVENT_ID_HEADER, Output
+    from tests.unit.envelopes import TOPIC, event, lsn, row
+
+    pipeline = Pipeline()
+    pipeline.process(event("c", 1, commit=lsn(5), change=lsn(5, 1), serial=1,
+                           after=row(1, "x" * 2_000), offset=7))
+    pipeline.flush()
+    (change,), _ = pipeline.translator.drain()
+
+    def life() -> Any:
+        return types.SimpleNamespace(output=Output(["debezium"]), max_message_bytes=1_000)
+
+    first = life()
+    (record,) = [r for r in first.output.encode(change) if r.value is not None]
+    assert not Sidecar._fits(first, record)  # type: ignore[arg-type]
+    letter = Sidecar._without_value(first, record)  # type: ignore[arg-type]
+    assert letter.kind == "dead_letter" and letter.value is None
+    assert [v for k, v in letter.headers if k == EVENT_ID_HEADER] == [letter.id.encode()]
+
+    class Message:
+        def headers(self) -> list[Any]:
+            return list(letter.headers)
+
+    index = index_outputs([Message()], {TOPIC})[TOPIC]
+    second = life()
+    (again,) = [r for r in second.output.encode(change) if r.value is not None]
+    assert Sidecar._without_value(second, again).id in index.ids  # type: ignore[arg-type]
