@@ -77,6 +77,8 @@ def open_client(kind: Callable[[dict[str, Any]], Any], settings: Mapping[str, An
 
     try:
         return kind(client_config(settings))
+    except TypeError as exc:  # a callback setting (stats_cb, …) given a value that is none
+        raise ConfigError(f"Kafka settings: {exc}") from None
     except KafkaException as exc:
         error = exc.args[0]
         if error.code() != KafkaError._INVALID_ARG:
@@ -84,7 +86,8 @@ def open_client(kind: Callable[[dict[str, Any]], Any], settings: Mapping[str, An
         key = _rejected_key(settings, error.str())
         if key is None:
             raise ConfigError(f"Kafka settings: {error.str()}") from None
-        reason = "invalid value" if is_secret(key) else error.str()
+        unknown = error.str().startswith("No such configuration property")
+        reason = "invalid value" if is_secret(key) and not unknown else error.str()
         raise ConfigError(f"Kafka setting {key}: {reason}") from None
 
 

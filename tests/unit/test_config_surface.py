@@ -131,6 +131,16 @@ def test_rejected_secret_value_is_not_shown() -> None:
         open_client(Producer, {"security.protocol": "ssl", "ssl.key.pem": "hunter2"})
 
 
+def test_an_unknown_setting_is_named_even_when_it_looks_secret() -> None:
+    """librdkafka's "No such configuration property" carries no value to hide."""
+    from confluent_kafka import Producer
+
+    with pytest.raises(ConfigError, match=r"sasl\.password\.bogus: No such configuration"):
+        open_client(Producer, {"sasl.password.bogus": "hunter2"})
+    with pytest.raises(ConfigError, match=r"stats_cb"):  # a callback setting given text
+        open_client(Producer, {"stats_cb": "x"})
+
+
 # -- 4. masking: configuration.md "secrets among them, and credentials inside URLs, are
 #       masked wherever settings are shown" ----------------------------------------------
 
